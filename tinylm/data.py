@@ -1,0 +1,201 @@
+"""Text data: read a UTF-8 file, build the tokenizer, serve shifted windows ``x, y``.
+
+Training batches are drawn at random offsets, one whole batch per indexing op:
+
+    offsets (B,) -> windows = ids[offsets[:, None] + arange(T + 1)]  (B, T+1)
+    x = windows[:, :-1], y = windows[:, 1:]                          (B, T) each
+
+The offsets of training step ``s`` depend only on (seed, rank, s), so a resumed run draws exactly
+the batches an uninterrupted run would have drawn, with no sampler state to save. Validation uses
+a fixed, seeded set of windows so val loss is comparable across steps and runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.request
+from importlib import resources
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from tinylm.errors import TinyLMError
+from tinylm.tokenizer import CharTokenizer, Tokenizer, build_tokenizer
+
+DEFAULT_CORPUS = "attention_zh.txt"
+
+
+def default_corpus_path() -> Path:
+    """The small Chinese text about attention that ships inside the package."""
+    return Path(str(resources.files("tinylm") / "corpus" / DEFAULT_CORPUS))
+
+
+def download(url: str, dest: Path, sha256: str | None) -> None:
+    """Download ``url`` to ``dest`` once (atomically), checking its SHA-256 when given."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    print(f"downloading {url} -> {dest}")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+            f.write(response.read())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise TinyLMError(
+            f"could not download {url} ({e}): fetch it by hand and pass data.path=FILE"
+        ) from None
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    if sha256 and digest != sha256:
+        tmp.unlink()
+        raise TinyLMError(f"checksum mismatch for {url}: got {digest}, expected {sha256}")
+    os.replace(tmp, dest)
+
+
+def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
+    """Read a text file, turning every way it can go wrong into one clear TinyLMError."""
+    path = Path(path)
+    if not path.exists():
+        raise TinyLMError(f"data file not found: {path} (set data.path to an existing text file)")
+    if path.is_dir():
+        raise TinyLMError(f"data.path is a directory, not a file: {path} (name a text file in it)")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode(encoding, errors=errors)
+    except UnicodeDecodeError as e:
+        raise TinyLMError(
+            f"{path} is not valid {encoding}: byte {e.start} ({raw[e.start:e.start + 1]!r}) "
+            f"cannot be decoded; set data.encoding=... to the file's encoding or "
+            f"data.errors=replace to replace bad bytes"
+        ) from None
+    except LookupError:
+        raise TinyLMError(f"unknown data.encoding={encoding!r} (e.g. utf-8, gbk, latin-1)") from None
+    if not text:
+        raise TinyLMError(f"data file is empty: {path} (give it some text to learn from)")
+    return text
+
+
+def encode_array(tokenizer: Tokenizer, text: str) -> torch.Tensor:
+    """Encode a whole text to a 1-D tensor of ids without a Python object per character."""
+    if isinstance(tokenizer, CharTokenizer):
+        codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        vocab = np.array([ord(c) for c in tokenizer.itos], dtype=np.uint32)  # sorted
+        ids = np.searchsorted(vocab, codepoints)
+        if not np.array_equal(vocab[np.minimum(ids, len(vocab) - 1)], codepoints):
+            raise ValueError("text has characters outside the vocabulary")
+    else:
+        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    return torch.from_numpy(ids.astype(np.int32))
+
+
+def gather_windows(ids: torch.Tensor, offsets: torch.Tensor, block_size: int):
+    """One indexing op: offsets (B,) -> x, y (B, T) as int64, y shifted one step right of x."""
+    windows = ids[offsets.unsqueeze(1) + torch.arange(block_size + 1)].long()  # (B, T+1)
+    return windows[:, :-1], windows[:, 1:]
+
+
+class RandomWindows(IterableDataset):
+    """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s)."""
+
+    def __init__(self, ids, block_size, batch_size, seed, rank=0, start_step=0):
+        self.ids, self.block_size, self.batch_size = ids, block_size, batch_size
+        self.seed, self.rank, self.start_step = seed, rank, start_step
+
+    def __iter__(self):
+        generator = torch.Generator()
+        high = len(self.ids) - self.block_size  # valid offsets: 0 .. len - T - 1
+        step = self.start_step
+        while True:
+            generator.manual_seed(hash((self.seed, self.rank, step)) & 0x7FFF_FFFF_FFFF_FFFF)
+            offsets = torch.randint(high, (self.batch_size,), generator=generator)
+            yield gather_windows(self.ids, offsets, self.block_size)
+            step += 1
+
+
+class TextDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        path: str | None = None,
+        tokenizer: str = "char",
+        block_size: int = 32,
+        batch_size: int = 32,
+        val_fraction: float = 0.1,
+        val_batches: int = 8,
+        repeat: int = 1,
+        encoding: str = "utf-8",
+        errors: str = "strict",
+        seed: int = 1337,
+        url: str | None = None,
+        sha256: str | None = None,
+    ):
+        super().__init__()
+        self.path = Path(path) if path else default_corpus_path()
+        self.tokenizer_kind = tokenizer
+        self.block_size, self.batch_size = block_size, batch_size
+        self.val_fraction, self.val_batches = val_fraction, val_batches
+        self.repeat, self.encoding, self.errors = repeat, encoding, errors
+        self.seed, self.url, self.sha256 = seed, url, sha256
+        self.tokenizer: Tokenizer | None = None
+
+    def prepare(self) -> None:
+        """Read, tokenize and split the text (idempotent). Raises TinyLMError on bad input."""
+        if self.tokenizer is not None:
+            return
+        if not self.path.exists() and self.url:
+            download(self.url, self.path, self.sha256)
+        text = read_text(self.path, self.encoding, self.errors) * self.repeat
+        self.num_chars = len(text)
+        self.tokenizer = build_tokenizer(self.tokenizer_kind, text)
+        ids = encode_array(self.tokenizer, text)
+        n_val = int(len(ids) * self.val_fraction)
+        self.train_ids, self.val_ids = ids[: len(ids) - n_val], ids[len(ids) - n_val :]
+        # characters per token of the validation text, to report bits per character
+        val_text_chars = len(text) - int(len(text) * (1 - self.val_fraction))
+        self.val_chars_per_token = max(val_text_chars, 1) / max(len(self.val_ids), 1)
+        self._check_lengths()
+        generator = torch.Generator().manual_seed(self.seed)
+        count = self.val_batches * self.batch_size
+        self.val_offsets = torch.randint(len(self.val_ids) - self.block_size, (count,), generator=generator)
+
+    def _check_lengths(self) -> None:
+        need = self.block_size + 1
+        total = len(self.train_ids) + len(self.val_ids)
+        if total < need:
+            raise TinyLMError(
+                f"{self.path} has {total} tokens but block_size={self.block_size} needs at least "
+                f"{need}: use a longer text, data.repeat=N or a smaller model.block_size"
+            )
+        if len(self.val_ids) < need:
+            val_need = -(-need // self.val_fraction) if self.val_fraction > 0 else float("inf")
+            raise TinyLMError(
+                f"validation split has {len(self.val_ids)} tokens, fewer than block_size+1={need}: "
+                f"the text needs about {int(val_need)} tokens at data.val_fraction={self.val_fraction} "
+                f"(raise data.val_fraction or data.repeat, or lower model.block_size)"
+            )
+        windows = len(self.train_ids) - self.block_size
+        if windows < self.batch_size:
+            raise TinyLMError(
+                f"data.batch_size={self.batch_size} is larger than the {windows} training windows "
+                f"of this text: lower data.batch_size or use a longer text (data.repeat=N)"
+            )
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare()
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer is not None else 0
+        start = trainer.global_step if trainer is not None else 0
+        dataset = RandomWindows(
+            self.train_ids, self.block_size, self.batch_size, self.seed, rank, start
+        )
+        return DataLoader(dataset, batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        batches = [
+            gather_windows(self.val_ids, offsets, self.block_size)
+            for offsets in self.val_offsets.split(self.batch_size)
+        ]
+        return DataLoader(batches, batch_size=None)

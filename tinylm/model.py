@@ -1,0 +1,323 @@
+"""A decoder-only (GPT-style) character Transformer, as a plain ``nn.Module``.
+
+Read it top to bottom: configuration, position encodings, attention, feed-forward, block, model.
+Shapes use B = batch, T = sequence length, C = n_embd, h = num_heads, hs = head size = C / h,
+V = vocabulary size.
+
+    ids (B, T) -> token embedding (B, T, C) + position embedding (T, C)
+      -> num_layers x [ x + attn(ln1(x)),  x + ffwd(ln2(x)) ]
+      -> final LayerNorm -> lm_head -> logits (B, T, V)
+
+The module knows nothing about Lightning; ``tinylm.module`` wraps it for training.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+POS_ENCODINGS = ("learned", "sinusoidal")
+ATTN_IMPLS = ("sdpa", "explicit")
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    block_size: int = 32
+    n_embd: int = 64
+    num_heads: int = 4
+    num_layers: int = 4
+    dropout: float = 0.1
+    pos_encoding: str = "learned"  # "learned" table or fixed "sinusoidal" (no parameters)
+    attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, returns weights)
+
+    def __post_init__(self):
+        problems = config_problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.num_heads
+
+
+def config_problems(cfg: dict) -> list[str]:
+    """Everything wrong with a model configuration, each as 'what is wrong: how to fix it'."""
+    problems = []
+    for key in ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers"):
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            problems.append(f"model.{key}={value!r} must be a positive integer")
+    n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
+    if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
+        problems.append(
+            f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: "
+            f"pick n_embd as a multiple of num_heads (e.g. n_embd={heads * max(1, n_embd // heads)})"
+        )
+    dropout = cfg.get("dropout")
+    if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
+    if cfg.get("pos_encoding") not in POS_ENCODINGS:
+        problems.append(
+            f"model.pos_encoding={cfg.get('pos_encoding')!r}: choose one of {', '.join(POS_ENCODINGS)}"
+        )
+    if cfg.get("attn_impl") not in ATTN_IMPLS:
+        problems.append(
+            f"model.attn_impl={cfg.get('attn_impl')!r}: choose one of {', '.join(ATTN_IMPLS)}"
+        )
+    sinusoidal = cfg.get("pos_encoding") == "sinusoidal"
+    if sinusoidal and isinstance(n_embd, int) and n_embd % 2:
+        problems.append(f"model.n_embd={n_embd} must be even for sinusoidal positions")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# Shape tracing: `with trace_shapes() as rows:` records (stage, shape) for every traced tensor.
+# Outside that context `_trace` is a single `if`, so training pays nothing for it.
+
+_TRACE: list[tuple[str, tuple[int, ...]]] | None = None
+
+
+def _trace(stage: str, tensor: torch.Tensor) -> None:
+    if _TRACE is not None:
+        _TRACE.append((stage, tuple(tensor.shape)))
+
+
+@contextmanager
+def trace_shapes():
+    global _TRACE
+    _TRACE = rows = []
+    try:
+        yield rows
+    finally:
+        _TRACE = None
+
+
+# --------------------------------------------------------------------------------------------
+# Position encodings
+
+
+def sinusoidal_table(block_size: int, n_embd: int) -> torch.Tensor:
+    """Fixed sin/cos positions (Vaswani et al. 2017): even dims sin, odd dims cos. (T, C)."""
+    position = torch.arange(block_size, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+    freq = torch.exp(torch.arange(0, n_embd, 2, dtype=torch.float32) * (-math.log(10000.0) / n_embd))
+    table = torch.zeros(block_size, n_embd)
+    table[:, 0::2] = torch.sin(position * freq)  # (T, C/2)
+    table[:, 1::2] = torch.cos(position * freq)
+    return table
+
+
+class SinusoidalPositions(nn.Module):
+    """Same interface as ``nn.Embedding(block_size, C)``, no parameters."""
+
+    def __init__(self, block_size: int, n_embd: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(block_size, n_embd), persistent=False)
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.table[pos]
+
+
+# --------------------------------------------------------------------------------------------
+# KV cache: keys and values of past positions, one pair of buffers per layer.
+
+
+class KVCache:
+    """Pre-allocated keys/values for incremental decoding, (B, h, block_size, hs) per layer."""
+
+    def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
+        shape = (batch_size, config.num_heads, config.block_size, config.head_size)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.length = 0  # number of positions stored
+        self.capacity = config.block_size
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Attention
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head masked self-attention. q, k, v come from one fused projection (no bias)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.head_size = config.head_size
+        self.dropout = config.dropout
+        self.impl = config.attn_impl
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+        self.register_buffer("causal_mask", mask, persistent=False)  # (block, block), True = visible
+
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q = q.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
+        k = k.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
+        v = v.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
+        _trace("q", q), _trace("k", k), _trace("v", v)
+
+        start = 0
+        if cache is not None:  # append this step's keys/values, attend over everything stored
+            start = cache.length
+            cache.keys[layer][:B, :, start : start + T] = k
+            cache.values[layer][:B, :, start : start + T] = v
+            k = cache.keys[layer][:B, :, : start + T]  # (B, h, start+T, hs)
+            v = cache.values[layer][:B, :, : start + T]  # (B, h, start+T, hs)
+        # query i (absolute position start+i) may see keys 0 .. start+i
+        mask = self.causal_mask[start : start + T, : start + T]  # (T, start+T)
+
+        weights = None
+        if self.impl == "explicit" or need_weights:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_size))  # (B, h, T, T')
+            _trace("scores", scores)
+            scores = scores.masked_fill(~mask, float("-inf"))
+            weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
+            y = self.attn_dropout(weights) @ v  # (B, h, T, hs)
+        else:
+            dropout_p = self.dropout if self.training else 0.0
+            if start == 0:  # prefill / training: plain causal attention
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        _trace("attention output per head", y)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads concatenated
+        _trace("heads concatenated", y)
+        y = self.resid_dropout(self.proj(y))  # (B, T, C)
+        return y, weights
+
+
+# --------------------------------------------------------------------------------------------
+# Feed-forward and block
+
+
+class FeedForward(nn.Module):
+    """Linear(C, 4C) -> ReLU -> Linear(4C, C) -> Dropout, applied to each position alone."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        h = F.relu(self.fc(x))  # (B, T, 4C)
+        _trace("feed-forward hidden", h)
+        return self.dropout(self.proj(h))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm Transformer block: x + attn(ln1(x)), then x + ffwd(ln2(x))."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.ffwd = FeedForward(config)
+
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
+        a, weights = self.attn(self.ln1(x), cache, layer, need_weights)
+        x = x + a  # (B, T, C)
+        x = x + self.ffwd(self.ln2(x))  # (B, T, C)
+        _trace("block output", x)
+        return x, weights
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.pos_encoding == "learned":
+            self.position_embedding = nn.Embedding(config.block_size, config.n_embd)
+        else:
+            self.position_embedding = SinusoidalPositions(config.block_size, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)  # untied from token_embedding
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        # Small normal weights and zero biases: the initial loss is close to ln(V).
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None, cache: KVCache | None = None, return_attention=False):
+        """idx (B, T) -> (logits (B, T, V), loss or None), plus attention weights on request.
+
+        ``cache``: decode incrementally; ``idx`` holds only the new positions.
+        ``return_attention``: also return a list (one per layer) of weights (B, h, T, T).
+        """
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(
+                f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}"
+            )
+        _trace("ids", idx)
+        tok = self.token_embedding(idx)  # (B, T, C)
+        _trace("token embedding", tok)
+        pos = self.position_embedding(torch.arange(start, start + T, device=idx.device))  # (T, C)
+        _trace("position embedding", pos)
+        x = self.drop(tok + pos)  # (B, T, C), positions broadcast over the batch
+        _trace("token + position", x)
+
+        attention = []
+        for layer, block in enumerate(self.blocks):
+            x, weights = block(x, cache, layer, need_weights=return_attention)
+            attention.append(weights)
+        if cache is not None:
+            cache.length += T
+
+        x = self.ln_f(x)  # (B, T, C)
+        logits = self.lm_head(x)  # (B, T, V)
+        _trace("logits", logits)
+
+        loss = None
+        if targets is not None:
+            flat_logits = logits.view(B * T, -1)  # (B*T, V)
+            flat_targets = targets.reshape(B * T)  # (B*T,)
+            _trace("loss input: logits", flat_logits)
+            _trace("loss input: targets", flat_targets)
+            loss = F.cross_entropy(flat_logits, flat_targets)
+        if return_attention:
+            return logits, loss, attention
+        return logits, loss
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def parameter_table(self) -> list[tuple[str, int]]:
+        """(part, parameter count) rows: embeddings, each block, final LayerNorm, lm_head."""
+        parts = [("token_embedding", self.token_embedding), ("position_embedding", self.position_embedding)]
+        parts += [(f"blocks.{i}", block) for i, block in enumerate(self.blocks)]
+        parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
+        return [(name, sum(p.numel() for p in m.parameters())) for name, m in parts]
+
+    def format_parameter_table(self) -> str:
+        rows = self.parameter_table()
+        width = max(len(name) for name, _ in rows)
+        lines = [f"{name:<{width}}  {count:>10,}" for name, count in rows]
+        lines.append(f"{'total':<{width}}  {self.num_params():>10,}")
+        return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""The training job behind ``train.py``: config -> data -> model -> Trainer.fit -> metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from tinylm.config import validate
+from tinylm.data import TextDataModule
+from tinylm.errors import TinyLMError
+from tinylm.module import LitGPT
+
+log = logging.getLogger(__name__)
+
+
+def resolve_path(path: str | None) -> str | None:
+    """Relative paths are relative to the directory the user launched from, not the run folder."""
+    return None if path in (None, "") else hydra.utils.to_absolute_path(str(path))
+
+
+def build_datamodule(cfg: DictConfig) -> TextDataModule:
+    data = cfg.data
+    return TextDataModule(
+        path=resolve_path(data.path),
+        tokenizer=data.tokenizer,
+        block_size=cfg.model.block_size,
+        batch_size=data.batch_size,
+        val_fraction=data.val_fraction,
+        val_batches=data.val_batches,
+        repeat=data.repeat,
+        encoding=data.encoding,
+        errors=data.errors,
+        seed=cfg.seed,
+        url=data.url,
+        sha256=data.sha256,
+    )
+
+
+def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitGPT:
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    model["vocab_size"] = datamodule.tokenizer.vocab_size
+    optim = OmegaConf.to_container(cfg.optim, resolve=True)
+    return LitGPT(
+        model=model,
+        tokenizer=datamodule.tokenizer.state(),
+        chars_per_token=datamodule.val_chars_per_token,
+        **optim,
+    )
+
+
+def instantiate_all(group: DictConfig | None) -> list:
+    """Instantiate every ``_target_`` entry of a callbacks/logger group."""
+    if not group:
+        return []
+    return [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train as the config says; return the final metrics (also written to metrics.json)."""
+    validate(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    output_dir = Path(cfg.paths.output_dir)
+
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare()
+    module = build_module(cfg, datamodule)
+    log.info("data: %s (%s tokens, vocabulary %d)", datamodule.path,
+             f"{len(datamodule.train_ids) + len(datamodule.val_ids):,}",
+             datamodule.tokenizer.vocab_size)
+    print(module.model.format_parameter_table())
+
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=instantiate_all(cfg.get("callbacks")),
+        logger=instantiate_all(cfg.get("logger")) or False,
+    )
+    started = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_path(cfg.ckpt_path))
+    wall = time.perf_counter() - started
+
+    val_loss = trainer.callback_metrics.get("val/loss")
+    val_loss = float(val_loss) if val_loss is not None else math.nan
+    steps = trainer.global_step - module.start_step
+    metrics = {
+        "val_loss": val_loss,
+        "val_bpc": val_loss / math.log(2) / datamodule.val_chars_per_token,
+        "num_params": module.model.num_params(),
+        "steps": trainer.global_step,
+        "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
+        "wall_seconds": wall,
+    }
+    if trainer.is_global_zero:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        log.info("final val loss %.4f (%.3f bits/char); run folder %s",
+                 val_loss, metrics["val_bpc"], output_dir)
+    return metrics
+
+
+def main(cfg: DictConfig) -> float | None:
+    """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit."""
+    try:
+        return train(cfg)["val_loss"]
+    except TinyLMError as e:
+        raise SystemExit(f"error: {e}") from None
