@@ -263,10 +263,15 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx, targets=None, cache: KVCache | None = None, return_attention=False):
+    def forward(
+        self, idx, targets=None, cache: KVCache | None = None, return_attention=False,
+        last_only=False,
+    ):
         """idx (B, T) -> (logits (B, T, V), loss or None), plus attention weights on request.
 
         ``cache``: decode incrementally; ``idx`` holds only the new positions.
+        ``last_only``: logits of the last position only, (B, 1, V), and no loss: generation needs
+        no others, so lm_head (T x C x V) runs once instead of T times.
         ``return_attention``: also return a list (one per layer) of weights (B, h, T, T).
         """
         B, T = idx.shape
@@ -290,12 +295,14 @@ class GPT(nn.Module):
         if cache is not None:
             cache.length += T
 
+        if last_only:
+            x = x[:, -1:]  # (B, 1, C)
         x = self.ln_f(x)  # (B, T, C)
         logits = self.lm_head(x)  # (B, T, V)
         _trace("logits", logits)
 
         loss = None
-        if targets is not None:
+        if targets is not None and not last_only:
             flat_logits = logits.view(B * T, -1)  # (B*T, V)
             flat_targets = targets.reshape(B * T)  # (B*T,)
             _trace("loss input: logits", flat_logits)

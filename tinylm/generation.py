@@ -1,0 +1,276 @@
+"""Sampling text from a GPT. This module holds the project's one sampling loop.
+
+Layers, each built on the one below, so ``generate.py``, training callbacks and tests all share
+the same code:
+
+- ``sample_next(logits, ...)``: pick the next ids from one step's logits (temperature, top-k,
+  top-p).
+- ``stream_tokens(model, idx, ...)``: THE loop. Yields the new ids (B,) one step at a time, with
+  or without a KV cache.
+- ``generate(model, idx, ...)``: collects the stream into (B, T + n), optionally stopping at ids.
+- ``encode_prompt`` / ``stream_text``: the text side for one sample: prompt -> ids, and decoded
+  pieces ready to print as they arrive, stopping after a given string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch.nn import functional as F
+
+from tinylm.errors import TinyLMError
+from tinylm.model import GPT, KVCache
+from tinylm.tokenizer import Tokenizer
+
+UNKNOWN_POLICIES = ("error", "skip")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0) -> None:
+    """Raise one TinyLMError line for a sampling setting that makes no sense."""
+    if not _is_number(temperature) or temperature < 0:
+        raise TinyLMError(
+            f"temperature={temperature!r} must be a number >= 0: "
+            "use 0 for greedy, 1 for plain sampling"
+        )
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise TinyLMError(f"top_k={top_k!r} must be an integer >= 1: or null to keep every token")
+    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
+        raise TinyLMError(f"top_p={top_p!r} must be in (0, 1]: e.g. 0.9, or null to turn it off")
+    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+        raise TinyLMError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
+
+
+# --------------------------------------------------------------------------------------------
+# One step: logits -> next ids
+
+
+def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Mask (to -inf) every logit below the k-th largest of its row. (B, V) -> (B, V).
+
+    Ties are kept, not broken arbitrarily: every token equal to the k-th largest value survives,
+    so a row may keep more than k tokens. ``k`` larger than V keeps everything.
+    """
+    kth = torch.topk(logits, min(k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering: keep the most likely tokens whose total probability first reaches p.
+
+    A token is kept when the probability mass ranked strictly above it is below ``p``, so the most
+    likely token is always kept. Tokens tied with the least likely kept token are kept too.
+    (B, V) -> (B, V) with the rest masked to -inf.
+    """
+    if p >= 1:
+        return logits
+    probs = F.softmax(logits, dim=-1)  # (B, V)
+    sorted_probs = probs.sort(dim=-1, descending=True).values  # (B, V)
+    mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs  # (B, V)
+    n_kept = (mass_above < p).sum(dim=-1, keepdim=True)  # (B, 1), >= 1
+    threshold = sorted_probs.gather(-1, n_kept - 1)  # (B, 1): smallest kept probability
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Next ids (B,) from the last position's logits (B, V).
+
+    ``temperature`` 0 is greedy (argmax; the first index wins a tie). Otherwise the logits are
+    divided by the temperature, filtered by top-k then top-p (top-p sees the top-k renormalised
+    distribution), and one id per row is drawn with ``generator``.
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = keep_top_k(logits, top_k)
+    if top_p is not None:
+        logits = keep_top_p(logits, top_p)
+    probs = F.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+# --------------------------------------------------------------------------------------------
+# The sampling loop
+
+
+@contextmanager
+def _inference(model: GPT):
+    """Eval mode and no autograd for one step, then the model's own mode back.
+
+    Scoped to a step rather than the whole stream, so nothing leaks into the caller's code
+    while a stream is paused between tokens (or abandoned half way).
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _next_logits(model: GPT, seq: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+    """Logits (B, V) for the token after ``seq`` (B, L), seeing at most block_size tokens.
+
+    Without a cache this is the reference: crop to the last block_size tokens, run them all.
+    With a cache, while the text fits in the block the cache holds seq[:, :cache.length] and only
+    the new tokens are encoded (the prompt at the first step, one token after that). Past
+    block_size the window slides, so with absolute positions (learned or sinusoidal) every kept
+    token's position changes and its cached keys/values are stale: the cache is emptied and the
+    last block_size tokens re-encoded, exactly like the reference. Past block_size the cache
+    therefore gives no speed-up, but it stays exactly equal.
+    """
+    block = model.config.block_size
+    if cache is None:
+        logits, _ = model(seq[:, -block:], last_only=True)
+    elif seq.size(1) <= block:
+        logits, _ = model(seq[:, cache.length :], cache=cache, last_only=True)
+    else:
+        cache.reset()
+        logits, _ = model(seq[:, -block:], cache=cache, last_only=True)
+    return logits[:, -1]  # (B, V)
+
+
+def stream_tokens(
+    model: GPT,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Iterator[torch.Tensor]:
+    """Yield ``max_new_tokens`` steps of new ids, each (B,), continuing the prompt ``idx`` (B, T).
+
+    Each step runs in eval mode under ``torch.no_grad`` and restores the model's mode after.
+    Stop early by breaking out of the loop. See ``_next_logits`` for what the cache does.
+    """
+    check_sampling(temperature, top_k, top_p, max_new_tokens)
+    if idx.dim() != 2 or idx.size(1) == 0:
+        raise TinyLMError(f"prompt ids of shape {tuple(idx.shape)}: need (batch, >= 1 token)")
+    B, T = idx.shape
+    seq = torch.empty(B, T + max_new_tokens, dtype=torch.long, device=idx.device)  # (B, T+n)
+    seq[:, :T] = idx
+    cache = None
+    if use_cache:
+        dtype = next(model.parameters()).dtype
+        cache = KVCache(model.config, B, device=idx.device, dtype=dtype)
+    for length in range(T, T + max_new_tokens):
+        with _inference(model):
+            logits = _next_logits(model, seq[:, :length], cache)
+        next_ids = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
+        seq[:, length] = next_ids
+        yield next_ids
+
+
+def generate(
+    model: GPT,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    stop_ids: Iterable[int] | None = None,
+) -> torch.Tensor:
+    """Continue ``idx`` (B, T) by up to ``max_new_tokens`` ids; return (B, T + n).
+
+    ``stop_ids``: a row is finished once it produces one of these ids (it is kept in the output);
+    generation ends when every row is finished, and rows that finished earlier are padded with
+    the stop id they produced, so cutting each row after its first stop id gives its text.
+    The same ``generator`` state gives the same ids.
+    """
+    stop = torch.tensor(sorted(set(stop_ids or ())), dtype=torch.long, device=idx.device)
+    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)  # (B,)
+    new = []
+    for next_ids in stream_tokens(
+        model, idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache
+    ):
+        if new:
+            next_ids = torch.where(done, new[-1], next_ids)  # finished rows repeat their stop id
+        new.append(next_ids)
+        if len(stop):
+            done |= torch.isin(next_ids, stop)
+            if done.all():
+                break
+    return torch.cat([idx, *(ids[:, None] for ids in new)], dim=1)  # (B, T + n)
+
+
+# --------------------------------------------------------------------------------------------
+# Text in, text out (one sample)
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str, unknown: str = "error") -> list[int]:
+    """Prompt text -> ids, dealing with characters outside the vocabulary.
+
+    ``unknown="error"`` refuses them, naming each one; ``"skip"`` drops them. An empty prompt
+    (or one left empty after skipping) starts from a newline when the vocabulary has one (as if
+    at the start of a line of the corpus), else from token 0.
+    """
+    if unknown not in UNKNOWN_POLICIES:
+        raise TinyLMError(f"unknown={unknown!r}: choose one of {', '.join(UNKNOWN_POLICIES)}")
+    missing = tokenizer.unknown(prompt)
+    if missing and unknown == "error":
+        raise TinyLMError(
+            f"the prompt has {len(missing)} character(s) outside the checkpoint's vocabulary "
+            f"of {tokenizer.vocab_size} symbols: {' '.join(repr(c) for c in missing)}: "
+            "remove them or pass unknown=skip"
+        )
+    prompt = "".join(ch for ch in prompt if ch not in missing)
+    if prompt:
+        return tokenizer.encode(prompt)
+    return tokenizer.encode("\n") if not tokenizer.unknown("\n") else [0]
+
+
+def stream_text(
+    model: GPT,
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    stop: str | None = None,
+    **sampling,
+) -> Iterator[str]:
+    """Yield the decoded continuation of one prompt piece by piece, as tokens arrive.
+
+    Pieces are whole characters: with the byte tokenizer, the bytes of a half-finished UTF-8
+    character are held back until it is complete. ``stop``: end right after this string appears
+    in the generated text (it is included). ``sampling``: keyword arguments of ``stream_tokens``.
+    """
+    device = next(model.parameters()).device
+    idx = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, T)
+    pending: list[int] = []  # ids not fully shown yet
+    shown = 0  # characters of decode_piece(pending) already yielded
+    tail = ""  # the last len(stop) - 1 characters yielded, to find a stop string across pieces
+    for next_ids in stream_tokens(model, idx, max_new_tokens, **sampling):
+        pending.append(int(next_ids[0]))
+        decoded = tokenizer.decode_piece(pending)
+        piece, shown = decoded[shown:], len(decoded)
+        if decoded == tokenizer.decode(pending):  # nothing held back: start afresh
+            pending, shown = [], 0
+        if stop:
+            window = tail + piece
+            at = window.find(stop)
+            if at >= 0:
+                yield piece[: at + len(stop) - len(tail)]
+                return
+            tail = window[max(0, len(window) - len(stop) + 1) :] if len(stop) > 1 else ""
+        if piece:
+            yield piece
