@@ -11,6 +11,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.config import validate
@@ -79,9 +80,12 @@ def train(cfg: DictConfig) -> dict:
              datamodule.tokenizer.vocab_size)
     print(module.model.format_parameter_table())
 
+    loggers = instantiate_all(cfg.get("logger"))
+    callbacks = instantiate_all(cfg.get("callbacks"))
+    if not loggers:  # nothing to log the learning rate to
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=instantiate_all(cfg.get("callbacks")),
-        logger=instantiate_all(cfg.get("logger")) or False,
+        cfg.trainer, callbacks=callbacks, logger=loggers or False
     )
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_path(cfg.ckpt_path))

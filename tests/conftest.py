@@ -1,0 +1,45 @@
+"""Shared test helpers: tiny texts and a way to run the real train.py into a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The tiny repeated text of the reference experiment: the model must learn to reproduce it.
+TINY_TEXT = "自注意力可以让序列中的每个位置看到前面的所有位置。Attention is all you need.\n"
+
+# Keep tests small: a tiny model, a few steps, no progress bar.
+TINY_MODEL = [
+    "model.n_embd=16",
+    "model.num_heads=2",
+    "model.num_layers=1",
+    "model.block_size=16",
+    "data.batch_size=8",
+    "data.val_batches=2",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = True):
+    """Run `python train.py` with Hydra's run folder set to ``run_dir``; return the process."""
+    flags = [o for o in overrides if o.startswith("-")]  # e.g. -m must precede the overrides
+    overrides = [o for o in overrides if not o.startswith("-")]
+    cmd = [sys.executable, str(ROOT / "train.py"), *flags, f"hydra.run.dir={run_dir}", *overrides]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def tiny_text_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.txt"
+    path.write_text(TINY_TEXT, encoding="utf-8")
+    return path

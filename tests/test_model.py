@@ -1,0 +1,121 @@
+import math
+
+import pytest
+import torch
+
+from tinylm.model import GPT, GPTConfig, sinusoidal_table, trace_shapes
+
+
+def reference_config(**kw):
+    return GPTConfig(**{"vocab_size": 73, **kw})
+
+
+def test_reference_parameter_table_is_exact():
+    model = GPT(reference_config())
+    table = dict(model.parameter_table())
+    assert table["token_embedding"] == 4_672
+    assert table["position_embedding"] == 2_048
+    assert [table[f"blocks.{i}"] for i in range(4)] == [49_792] * 4
+    assert table["ln_f"] == 128
+    assert table["lm_head"] == 4_745
+    assert model.num_params() == 210_761
+    assert "210,761" in model.format_parameter_table()
+
+
+def test_sinusoidal_positions_have_no_parameters():
+    model = GPT(reference_config(pos_encoding="sinusoidal"))
+    assert model.num_params() == 210_761 - 2_048
+    table = sinusoidal_table(32, 64)
+    assert table.shape == (32, 64)
+    assert torch.allclose(table[0, 0::2], torch.zeros(32)) and torch.allclose(table[0, 1::2], torch.ones(32))
+    assert table[5, 0] == pytest.approx(math.sin(5.0))
+
+
+def test_forward_shapes_and_initial_loss():
+    torch.manual_seed(0)
+    model = GPT(reference_config()).eval()
+    idx = torch.randint(73, (3, 32))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (3, 32, 73)
+    assert loss.shape == ()
+    assert abs(loss.item() - math.log(73)) < 0.1  # small init: uniform predictions
+    logits, loss = model(idx[:, :5])
+    assert logits.shape == (3, 5, 73) and loss is None
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_causal_mask_future_tokens_never_change_the_past(impl):
+    torch.manual_seed(0)
+    model = GPT(reference_config(attn_impl=impl)).eval()
+    idx = torch.randint(73, (2, 20))
+    changed = idx.clone()
+    changed[:, 12:] = (changed[:, 12:] + 1) % 73
+    a, _ = model(idx)
+    b, _ = model(changed)
+    assert torch.allclose(a[:, :12], b[:, :12], atol=1e-6)
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+@pytest.mark.parametrize("pos", ["learned", "sinusoidal"])
+def test_explicit_and_sdpa_attention_are_equal(pos):
+    torch.manual_seed(0)
+    fast = GPT(reference_config(pos_encoding=pos))
+    slow = GPT(reference_config(pos_encoding=pos, attn_impl="explicit"))
+    assert fast.state_dict().keys() == slow.state_dict().keys()
+    slow.load_state_dict(fast.state_dict())
+    fast.eval(), slow.eval()
+    idx = torch.randint(73, (4, 32))
+    logits_f, loss_f = fast(idx, idx)
+    logits_s, loss_s = slow(idx, idx)
+    assert torch.allclose(logits_f, logits_s, atol=1e-5)
+    loss_f.backward(), loss_s.backward()
+    for (name, pf), ps in zip(fast.named_parameters(), slow.parameters(), strict=True):
+        assert torch.allclose(pf.grad, ps.grad, atol=1e-6, rtol=1e-4), name
+
+
+def test_attention_weights_are_causal_probabilities():
+    torch.manual_seed(0)
+    model = GPT(reference_config()).eval()  # sdpa model still returns weights on request
+    idx = torch.randint(73, (2, 10))
+    logits, _, attention = model(idx, return_attention=True)
+    assert len(attention) == 4
+    for w in attention:
+        assert w.shape == (2, 4, 10, 10)
+        assert torch.allclose(w.sum(-1), torch.ones(2, 4, 10))
+        assert torch.all(w.triu(diagonal=1) == 0)
+    assert torch.allclose(logits, model(idx)[0], atol=1e-5)
+
+
+def test_shape_trace_lists_every_stage():
+    model = GPT(reference_config(num_layers=2, attn_impl="explicit")).eval()
+    with trace_shapes() as rows:
+        model(torch.zeros(3, 32, dtype=torch.long), torch.zeros(3, 32, dtype=torch.long))
+    shapes = dict(rows)
+    assert shapes["ids"] == (3, 32)
+    assert shapes["token embedding"] == (3, 32, 64)
+    assert shapes["position embedding"] == (32, 64)
+    assert shapes["q"] == (3, 4, 32, 16)
+    assert shapes["scores"] == (3, 4, 32, 32)
+    assert shapes["logits"] == (3, 32, 73)
+    assert shapes["loss input: logits"] == (96, 73)
+    assert [name for name, _ in rows].count("block output") == 2
+
+
+def test_too_long_input_is_refused():
+    model = GPT(reference_config(block_size=8))
+    with pytest.raises(ValueError, match="longer than block_size=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"n_embd": 64, "num_heads": 3}, "not divisible by model.num_heads=3"),
+        ({"num_layers": 0}, "model.num_layers=0 must be a positive integer"),
+        ({"dropout": 1.0}, r"model.dropout=1.0 must be in \[0, 1\)"),
+        ({"pos_encoding": "rope?"}, "choose one of learned, sinusoidal"),
+    ],
+)
+def test_bad_model_config(kw, message):
+    with pytest.raises(ValueError, match=message):
+        reference_config(**kw)

@@ -1,0 +1,92 @@
+"""End-to-end training through the real train.py (Hydra + Lightning), on tiny models."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import TINY_MODEL, TINY_TEXT, run_train
+
+
+def load(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def test_train_writes_a_complete_run_folder(tmp_path, tiny_text_file):
+    run = tmp_path / "run"
+    proc = run_train(
+        run, *TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30",
+        "trainer.max_steps=40", "trainer.val_check_interval=20", "optim.lr=0.01",
+    )
+    assert "total" in proc.stdout and "lm_head" in proc.stdout  # the parameter table
+    assert (run / ".hydra" / "config.yaml").exists()
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "checkpoints" / "last.ckpt").exists()
+    assert len(list((run / "checkpoints").glob("best-step*.ckpt"))) == 1
+    metrics = json.loads((run / "metrics.json").read_text())
+    vocab = len(set(TINY_TEXT))
+    assert metrics["steps"] == 40
+    assert metrics["val_loss"] < math.log(vocab) - 1.0  # learned something real
+    assert metrics["num_params"] > 0 and metrics["tokens_per_second"] > 0
+
+    ckpt = load(run / "checkpoints" / "last.ckpt")  # plain data only
+    assert ckpt["global_step"] == 40
+    assert ckpt["tokenizer"] == {"kind": "char", "itos": sorted(set(TINY_TEXT))}
+    assert ckpt["model_config"]["n_embd"] == 16
+
+
+def test_resume_continues_the_step_count(tmp_path, tiny_text_file):
+    common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30",
+              "trainer.val_check_interval=10"]
+    first = tmp_path / "first"
+    run_train(first, *common, "trainer.max_steps=10")
+    second = tmp_path / "second"
+    run_train(second, *common, "trainer.max_steps=20",
+              f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}")
+    ckpt = load(second / "checkpoints" / "last.ckpt")
+    assert ckpt["global_step"] == 20
+
+
+def test_relative_data_path_resolves_against_launch_directory(tmp_path, tiny_text_file, monkeypatch):
+    monkeypatch.chdir(tiny_text_file.parent)
+    run = tmp_path / "run"
+    run_train(run, *TINY_MODEL, "data.path=tiny.txt", "data.repeat=30", "trainer.max_steps=2",
+              "trainer.val_check_interval=2")
+    assert (run / "metrics.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.num_heads=3", "model.n_embd=64 is not divisible by model.num_heads=3"),
+        ("model.n_embd=0", "model.n_embd=0 must be a positive integer"),
+        ("model.dropout=1.5", "model.dropout=1.5 must be in [0, 1)"),
+        ("data.batch_size=-1", "data.batch_size=-1 must be a positive integer"),
+        ("optim.lr=0", "optim.lr=0 must be a positive number"),
+    ],
+)
+def test_invalid_config_fails_before_training_with_one_line(tmp_path, override, message):
+    proc = run_train(tmp_path / "run", override, check=False)
+    assert proc.returncode != 0
+    assert f"error: invalid config: {message}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_unknown_key_is_rejected(tmp_path):
+    proc = run_train(tmp_path / "run", "model.n_layers=2", check=False)
+    assert proc.returncode != 0
+    assert "Key 'n_layers' is not in struct" in proc.stderr
+
+
+@pytest.mark.slow
+def test_multirun_gives_each_job_its_own_folder(tmp_path, tiny_text_file):
+    sweep = tmp_path / "sweep"
+    run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY_MODEL,
+              f"data.path={tiny_text_file}", "data.repeat=30", "trainer.max_steps=3",
+              "trainer.val_check_interval=3", "model.n_embd=16,32")
+    jobs = sorted(p.parent for p in sweep.glob("*/metrics.json"))
+    assert [p.name for p in jobs] == ["0", "1"]
+    params = [json.loads((p / "metrics.json").read_text())["num_params"] for p in jobs]
+    assert params[0] < params[1]
