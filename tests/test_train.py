@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import TINY_MODEL, TINY_TEXT, run_train
 
 

@@ -55,9 +55,11 @@ def config_problems(cfg: dict) -> list[str]:
             problems.append(f"model.{key}={value!r} must be a positive integer")
     n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
     if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
+        divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
+        nearest = min(divisors, key=lambda d: (abs(d - heads), -d))
         problems.append(
-            f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: "
-            f"pick n_embd as a multiple of num_heads (e.g. n_embd={heads * max(1, n_embd // heads)})"
+            f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: use "
+            f"model.num_heads={nearest} or a multiple of {heads} for n_embd (e.g. {heads * -(-n_embd // heads)})"
         )
     dropout = cfg.get("dropout")
     if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
