@@ -114,15 +114,18 @@ def _inference(model: GPT):
     """Eval mode and no autograd for one step, then the model's own mode back.
 
     Scoped to a step rather than the whole stream, so nothing leaks into the caller's code
-    while a stream is paused between tokens (or abandoned half way).
+    while a stream is paused between tokens (or abandoned half way). Switching modes walks every
+    submodule, so a model already in eval mode is left alone.
     """
     was_training = model.training
-    model.eval()
+    if was_training:
+        model.eval()
     try:
         with torch.no_grad():
             yield
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 def _next_logits(model: GPT, seq: torch.Tensor, cache: KVCache | None) -> torch.Tensor:

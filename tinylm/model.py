@@ -130,12 +130,18 @@ class SinusoidalPositions(nn.Module):
 
 
 class KVCache:
-    """Pre-allocated keys/values for incremental decoding, (B, h, block_size, hs) per layer."""
+    """Pre-allocated keys/values for incremental decoding, (B, h, block_size, hs) per layer.
+
+    Positions are absolute, so the cache only holds the first block_size positions of a text:
+    once a text outgrows the block, every kept token moves to a new position and the caller must
+    ``reset()`` and re-encode the window (``tinylm.generation`` does).
+    """
 
     def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
         shape = (batch_size, config.num_heads, config.block_size, config.head_size)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        layers = range(config.num_layers)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in layers]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in layers]
         self.length = 0  # number of positions stored
         self.capacity = config.block_size
 

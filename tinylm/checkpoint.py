@@ -1,0 +1,136 @@
+"""Finding a checkpoint and loading it safely, without Lightning.
+
+Which checkpoint: a file named by the user; else a run folder's; else the newest run's under
+``outputs/``. A run folder is a training run (``runs/<time>/``) or one job of a sweep
+(``multirun/<time>/<job>/``); its checkpoints are in ``checkpoints/``, where the best one
+(``best-*.ckpt``) is preferred over ``last.ckpt``.
+
+Loading: ``torch.load(weights_only=True)`` only rebuilds tensors and plain containers, so a file
+that asks for any other Python object is refused before anything in it can run. A tinylm
+checkpoint holds everything needed to rebuild the model and tokenizer as plain data
+("model_config", "tokenizer", "state_dict"; see ``tinylm.module``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tinylm.errors import TinyLMError
+from tinylm.model import GPT, GPTConfig
+from tinylm.tokenizer import Tokenizer, tokenizer_from_state
+
+RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
+REQUIRED_KEYS = ("state_dict", "model_config", "tokenizer")
+TRAIN_HINT = "train one with `python train.py`"
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoint files, best-*.ckpt first (newest first), then last.ckpt."""
+    folder = Path(run_dir) / "checkpoints"
+    best = sorted(folder.glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    last = [folder / "last.ckpt"] if (folder / "last.ckpt").is_file() else []
+    return best + last
+
+
+def checkpoint_in_run(run_dir: str | Path) -> Path:
+    """The checkpoint to sample from in one run folder: its best, else its last."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise TinyLMError(f"run folder {run_dir} does not exist: check run_dir=...")
+    found = run_checkpoints(run_dir)
+    if not found:
+        raise TinyLMError(
+            f"run folder {run_dir} has no checkpoints (no checkpoints/best-*.ckpt or "
+            "checkpoints/last.ckpt): pick another run_dir=..., or pass ckpt_path=..."
+        )
+    return found[0]
+
+
+def latest_checkpoint(log_dir: str | Path) -> Path:
+    """The checkpoint of the newest run under ``log_dir`` that has any (newest file wins)."""
+    log_dir = Path(log_dir)
+    runs = [run for pattern in RUN_PATTERNS for run in log_dir.glob(pattern) if run.is_dir()]
+    found = {run: ckpts for run in runs if (ckpts := run_checkpoints(run))}
+    if not found:
+        raise TinyLMError(
+            f"no run with checkpoints under {log_dir} (looked in "
+            f"{', '.join(p + '/checkpoints' for p in RUN_PATTERNS)}): {TRAIN_HINT}, "
+            "or pass ckpt_path=... or run_dir=..."
+        )
+    newest = max(found, key=lambda run: (max(p.stat().st_mtime for p in found[run]), str(run)))
+    return found[newest][0]
+
+
+def find_checkpoint(
+    ckpt_path: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    log_dir: str | Path = "outputs",
+) -> Path:
+    """Resolve the user's choice: a checkpoint file, a run folder, or the newest run."""
+    if ckpt_path and run_dir:
+        raise TinyLMError("both ckpt_path and run_dir are set: pass only one of them")
+    if ckpt_path:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise TinyLMError(f"checkpoint file {path} does not exist: check ckpt_path=...")
+        return path
+    if run_dir:
+        return checkpoint_in_run(run_dir)
+    return latest_checkpoint(log_dir)
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """``torch.load`` with weights_only=True, turning every failure into one clear line."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for bad bytes: zip, pickle, EOF, key errors
+        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if unsafe:
+            raise TinyLMError(
+                f"checkpoint {path} contains a pickled Python object ({unsafe.group(1)}) and was "
+                "refused without running it: only load checkpoints saved by tinylm's train.py"
+            ) from None
+        raise TinyLMError(
+            f"checkpoint {path} could not be read ({type(e).__name__}), it is corrupted or "
+            f"truncated: pick another checkpoint or {TRAIN_HINT}"
+        ) from None
+    if not isinstance(checkpoint, dict):
+        checkpoint = {}
+    missing = [key for key in REQUIRED_KEYS if key not in checkpoint]
+    if missing:
+        raise TinyLMError(
+            f"checkpoint {path} is not a tinylm checkpoint (missing {', '.join(missing)}): "
+            "use a checkpoint saved by tinylm's train.py"
+        )
+    return checkpoint
+
+
+@dataclass
+class LoadedModel:
+    model: GPT  # in eval mode, on the CPU
+    tokenizer: Tokenizer
+    path: Path
+    global_step: int | None
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """Rebuild the GPT and its tokenizer from a checkpoint file alone."""
+    checkpoint = read_checkpoint(path)
+    try:
+        config = GPTConfig(**checkpoint["model_config"])
+        tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
+        model = GPT(config)
+        # Lightning prefixes the GPT's weights with the LitGPT attribute name, "model."
+        weights = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
+        model.load_state_dict(weights)
+    except (TypeError, ValueError, KeyError, RuntimeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TinyLMError(
+            f"checkpoint {path} does not describe a valid tinylm model ({reason}): "
+            "use a checkpoint saved by tinylm's train.py"
+        ) from None
+    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"))
