@@ -1,0 +1,87 @@
+"""Write a checkpoint's attention heatmaps as PNG files, for users who do not run TensorBoard:
+
+    python visualize.py ckpt_path=outputs/runs/<time>/checkpoints/last.ckpt text="自注意力可以让序列"
+    python visualize.py run_dir=outputs/runs/<time> out_dir=attention_pngs
+    python visualize.py                      # newest run's best checkpoint, default text
+
+One file per layer, ``attention_layer<N>.png``, with a panel per head: the same figures the
+``AttentionMaps`` training callback logs to TensorBoard. See conf/visualize.yaml for the options.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from generate import quote_text_overrides
+from tinylm import plotting
+from tinylm.checkpoint import find_checkpoint, load_model
+from tinylm.errors import TinyLMError
+from tinylm.tokenizer import Tokenizer
+
+# Run folders live under the project folder, wherever the command is launched from.
+os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
+
+
+def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:
+    """The probe text's ids, or one clear error if the model cannot read it."""
+    if not text:
+        raise TinyLMError('text is empty: pass the text to look at, e.g. text="自注意力可以让序列"')
+    missing = tokenizer.unknown(text)
+    if missing:
+        raise TinyLMError(
+            f"text has {len(missing)} character(s) outside the checkpoint's vocabulary: "
+            f"{' '.join(repr(c) for c in missing)}: use characters of the training text"
+        )
+    ids = tokenizer.encode(text)
+    if len(ids) > block_size:
+        raise TinyLMError(
+            f"text is {len(ids)} tokens long but the model sees at most block_size={block_size}: "
+            "pass a shorter text"
+        )
+    return ids
+
+
+def write_attention_pngs(model, tokenizer: Tokenizer, ids: list[int], out_dir: Path,
+                         note: str = "") -> list[Path]:
+    """One PNG per layer into ``out_dir``; returns their paths."""
+    labels = plotting.token_labels(tokenizer, ids)
+    weights = plotting.attention_weights(model, torch.tensor(ids))
+    return [
+        plotting.save_png(plotting.attention_figure(w, labels, layer, note=note),
+                          out_dir / f"attention_layer{layer}.png")
+        for layer, w in enumerate(weights)
+    ]
+
+
+def run(cfg: DictConfig) -> list[Path]:
+    path = find_checkpoint(
+        hydra.utils.to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None,
+        hydra.utils.to_absolute_path(cfg.run_dir) if cfg.run_dir else None,
+        cfg.paths.log_dir,
+    )
+    loaded = load_model(path)
+    ids = encode_text(loaded.tokenizer, str(cfg.text), loaded.model.config.block_size)
+    out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
+               else path.parent / f"{path.stem}-attention")
+    written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir,
+                                   note=f"{path.name}, step {loaded.global_step}")
+    for png in written:
+        print(png)
+    return written
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="visualize")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except TinyLMError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+    sys.argv = quote_text_overrides(sys.argv, keys=("text",))
+    main()
