@@ -11,6 +11,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig, OmegaConf
 
@@ -58,10 +59,19 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitGPT:
 
 
 def instantiate_all(group: DictConfig | None) -> list:
-    """Instantiate every ``_target_`` entry of a callbacks/logger group."""
+    """Instantiate every ``_target_`` entry of a callbacks/logger group.
+
+    A TinyLMError raised by a constructor (a bad option value) is re-raised as is, so it reaches
+    the user as one ``error:`` line instead of being wrapped in Hydra's InstantiationException.
+    """
     if not group:
         return []
-    return [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
+    try:
+        return [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
+    except InstantiationException as e:
+        if isinstance(e.__cause__, TinyLMError):
+            raise e.__cause__ from None
+        raise
 
 
 def train(cfg: DictConfig) -> dict:
