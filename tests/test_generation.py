@@ -1,0 +1,430 @@
+"""The sampling API (tinylm.generation) and the generate.py command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
+from hydra import compose, initialize_config_dir
+
+from tinylm.errors import TinyLMError
+from tinylm.generation import (
+    encode_prompt,
+    generate,
+    keep_top_k,
+    keep_top_p,
+    sample_next,
+    stream_text,
+    stream_tokens,
+)
+from tinylm.model import GPT, GPTConfig
+from tinylm.tokenizer import ByteTokenizer, CharTokenizer
+
+spec = importlib.util.spec_from_file_location("generate_cli", ROOT / "generate.py")
+generate_cli = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(generate_cli)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models decode fastest on one thread, and do not fight other processes for cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(pos_encoding="learned", attn_impl="sdpa", vocab_size=11) -> GPT:
+    torch.manual_seed(1)
+    config = GPTConfig(vocab_size=vocab_size, block_size=8, n_embd=16, num_heads=2, num_layers=2,
+                       pos_encoding=pos_encoding, attn_impl=attn_impl)
+    model = GPT(config).eval()
+    with torch.no_grad():  # larger weights than the training init, so greedy text varies more
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 1.0 if "embedding" in name else 0.5)
+    return model
+
+
+def scripted_model(script: list[int], vocab_size: int) -> GPT:
+    """A GPT whose most likely next token after position t is ``script[t]``, whatever the input.
+
+    Blocks add nothing (zeroed output projections), tokens embed to zero and position t embeds to
+    a spike on channel t, which lm_head maps to ``script[t]``.
+    """
+    n = len(script) + len(script) % 2
+    model = GPT(GPTConfig(vocab_size=vocab_size, block_size=n, n_embd=n, num_heads=1,
+                          num_layers=1, dropout=0.0))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.ln_f.weight.fill_(1.0)
+        model.position_embedding.weight.copy_(10 * torch.eye(n))
+        for t, token in enumerate(script):
+            model.lm_head.weight[token, t] = 10.0
+    return model.eval()
+
+
+def kept(logits: torch.Tensor) -> list[set[int]]:
+    return [set(torch.isfinite(row).nonzero().flatten().tolist()) for row in logits]
+
+
+# --------------------------------------------------------------------------------------------
+# KV cache
+
+
+@pytest.mark.parametrize("attn_impl", ["sdpa", "explicit"])
+@pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal"])
+def test_greedy_with_and_without_cache_is_identical_past_block_size(pos_encoding, attn_impl):
+    model = tiny_model(pos_encoding, attn_impl)
+    prompt = torch.randint(11, (3, 5), generator=torch.Generator().manual_seed(1))
+    cached = generate(model, prompt, 30, temperature=0, use_cache=True)
+    reference = generate(model, prompt, 30, temperature=0, use_cache=False)
+    assert cached.shape == (3, 35)  # 35 tokens > block_size 8: the window slid 27 times
+    assert torch.equal(cached, reference)
+    assert torch.equal(cached[:, :5], prompt)
+    new = cached[:, 5:]
+    assert len({tuple(row) for row in new.tolist()}) >= 2 and len(new.unique()) >= 4  # not one loop
+
+
+def test_same_seed_samples_the_same_with_and_without_cache():
+    model = tiny_model("sinusoidal")
+    prompt = torch.randint(11, (2, 3), generator=torch.Generator().manual_seed(2))
+    draws = [
+        generate(model, prompt, 20, top_k=5, generator=torch.Generator().manual_seed(5),
+                 use_cache=use_cache)
+        for use_cache in (False, True)
+    ]
+    assert torch.equal(*draws)
+
+
+def test_prompt_longer_than_block_is_cropped():
+    model = tiny_model()
+    prompt = torch.randint(11, (1, 20), generator=torch.Generator().manual_seed(3))
+    out = generate(model, prompt, 4, temperature=0)
+    assert torch.equal(out[:, :20], prompt)
+    assert torch.equal(out, generate(model, prompt, 4, temperature=0, use_cache=False))
+    # only the last block_size tokens matter
+    assert torch.equal(out[:, -4:], generate(model, prompt[:, -8:], 4, temperature=0)[:, -4:])
+
+
+# --------------------------------------------------------------------------------------------
+# sample_next: top-k, top-p, temperature
+
+
+def test_top_k_keeps_exactly_the_k_largest_and_their_ties():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 3.0, 0.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
+    assert kept(keep_top_k(logits, 1)) == [{1, 3}, {0}]  # a tie at the k-th value: both kept
+    assert kept(keep_top_k(logits, 2)) == [{1, 3}, {0, 1}]
+    assert kept(keep_top_k(logits, 3)) == [{1, 2, 3}, {0, 1, 2}]
+    assert kept(keep_top_k(logits, 99)) == [set(range(5))] * 2
+    filtered = keep_top_k(logits, 3)
+    assert torch.equal(filtered[torch.isfinite(filtered)], torch.tensor([3.0, 2, 3, 5, 4, 3]))
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p_and_at_least_one():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
+    logits = probs.log()
+    assert kept(keep_top_p(logits, 0.01)) == [{1}]  # never empty
+    assert kept(keep_top_p(logits, 0.45)) == [{1}]
+    assert kept(keep_top_p(logits, 0.6)) == [{1, 3}]
+    assert kept(keep_top_p(logits, 0.85)) == [{1, 3, 2}]  # 0.5 + 0.3 < 0.85
+    assert kept(keep_top_p(logits, 0.9)) == [{1, 3, 2}]  # 0.95 already reaches 0.9
+    assert kept(keep_top_p(logits, 1.0)) == [{0, 1, 2, 3}]
+    ties = torch.tensor([[0.4, 0.2, 0.2, 0.2]]).log()
+    assert kept(keep_top_p(ties, 0.5)) == [{0, 1, 2, 3}]  # 0.4 + one 0.2 reaches it; ties kept
+
+
+def test_sampling_frequencies_follow_the_filtered_distribution():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 3.0]).log_softmax(-1).expand(20_000, 5)
+    generator = torch.Generator().manual_seed(0)
+    ids = sample_next(logits, top_k=2, generator=generator)
+    counts = torch.bincount(ids, minlength=5).float() / len(ids)
+    expected = torch.tensor([2.0, 3.0]).softmax(-1)  # ids 0 and 4 renormalised
+    assert counts[[1, 2, 3]].sum() == 0
+    assert counts[[0, 4]].tolist() == pytest.approx(expected.tolist(), abs=0.015)
+
+    ids = sample_next(logits, temperature=0.5, generator=generator)  # sharper: p ~ exp(2 * logit)
+    counts = torch.bincount(ids, minlength=5).float() / len(ids)
+    expected = (2 * torch.tensor([2.0, 1.0, 0.0, -1.0, 3.0])).softmax(-1)
+    assert counts.tolist() == pytest.approx(expected.tolist(), abs=0.015)
+
+
+def test_temperature_zero_is_argmax():
+    logits = torch.tensor([[0.1, 2.0, 1.9], [3.0, -1.0, 3.0]])
+    assert sample_next(logits, temperature=0).tolist() == [1, 0]  # first index wins a tie
+    assert sample_next(logits, temperature=0, top_k=1, top_p=0.1).tolist() == [1, 0]
+
+
+def test_same_seed_same_text_and_different_seed_different_text():
+    model = tiny_model()
+    prompt = torch.zeros(2, 1, dtype=torch.long)
+
+    def sample(seed, **kw):
+        return generate(model, prompt, 30, generator=torch.Generator().manual_seed(seed), **kw)
+
+    assert torch.equal(sample(7), sample(7))
+    assert torch.equal(sample(7, top_k=3, top_p=0.9), sample(7, top_k=3, top_p=0.9))
+    assert not torch.equal(sample(7), sample(8))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.5}, "temperature=-0.5 must be a number >= 0"),
+        ({"top_k": 0}, "top_k=0 must be an integer >= 1"),
+        ({"top_k": 2.5}, "top_k=2.5 must be an integer >= 1"),
+        ({"top_p": 0}, "top_p=0 must be in (0, 1]"),
+        ({"top_p": 1.5}, "top_p=1.5 must be in (0, 1]"),
+        ({"max_new_tokens": -1}, "max_new_tokens=-1 must be an integer >= 0"),
+    ],
+)
+def test_bad_sampling_values_are_one_clear_line(kwargs, message):
+    args = {"max_new_tokens": 3, **kwargs}
+    with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
+        generate(tiny_model(), torch.zeros(1, 1, dtype=torch.long), **args)
+    assert message in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# the loop's contract: modes, stopping
+
+
+def test_generate_restores_training_mode_and_tracks_no_gradients():
+    model = tiny_model().train()
+    out = generate(model, torch.zeros(1, 1, dtype=torch.long), 5)
+    assert model.training and all(m.training for m in model.modules())
+    assert torch.is_grad_enabled() and not out.requires_grad
+
+    stream = stream_tokens(model, torch.zeros(1, 1, dtype=torch.long), 5)
+    next(stream)  # paused half way: nothing leaks into the caller
+    assert model.training and torch.is_grad_enabled()
+    assert generate(model, torch.zeros(1, 1, dtype=torch.long), 0).shape == (1, 1)
+
+
+def test_dropout_is_off_while_generating():
+    model = tiny_model()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.9
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    model.train()
+    first = generate(model, prompt, 12, temperature=0)
+    assert torch.equal(first, generate(model, prompt, 12, temperature=0))
+
+
+def test_stop_ids_end_generation_and_are_kept():
+    model = scripted_model([3, 4, 5, 6, 7, 8, 9, 2], vocab_size=10)
+    prompt = torch.zeros(2, 1, dtype=torch.long)
+    assert generate(model, prompt, 5, temperature=0)[0].tolist() == [0, 3, 4, 5, 6, 7]
+    out = generate(model, prompt, 7, temperature=0, stop_ids=[6, 99])
+    assert out.tolist() == [[0, 3, 4, 5, 6]] * 2
+
+
+def test_stop_ids_per_row():
+    model = tiny_model()
+    prompt = torch.randint(11, (3, 2), generator=torch.Generator().manual_seed(4))
+    free = generate(model, prompt, 12, temperature=0)
+    stop = free[0, 4].item()  # row 0 produces it at its third new token
+    out = generate(model, prompt, 12, temperature=0, stop_ids=[stop])
+    for row, full in zip(out.tolist(), free.tolist(), strict=True):
+        new = full[2:]
+        if stop in new:
+            cut = 2 + new.index(stop) + 1
+            assert row[:cut] == full[:cut] and set(row[cut:]) <= {stop}
+        else:
+            assert row == full[: len(row)]
+
+
+# --------------------------------------------------------------------------------------------
+# text in, text out
+
+
+def test_encode_prompt_unknown_characters():
+    tok = CharTokenizer(list("\nabc"))
+    assert encode_prompt(tok, "cab") == [3, 1, 2]
+    with pytest.raises(TinyLMError) as info:
+        encode_prompt(tok, "a仔bz")
+    message = str(info.value)
+    assert "'仔' 'z'" in message and "vocabulary of 4 symbols" in message and "unknown=skip" in message
+    assert "\n" not in message
+    assert encode_prompt(tok, "a仔bz", unknown="skip") == [1, 2]
+    with pytest.raises(TinyLMError, match="unknown='ignore': choose one of error, skip"):
+        encode_prompt(tok, "a", unknown="ignore")
+
+
+def test_empty_prompt_starts_from_a_newline_else_token_zero():
+    assert encode_prompt(CharTokenizer(list("\nab")), "") == [0]
+    assert encode_prompt(CharTokenizer(list("ab\n")), "") == [2]
+    assert encode_prompt(CharTokenizer(list("ab")), "") == [0]
+    assert encode_prompt(CharTokenizer(list("ab\n")), "??", unknown="skip") == [2]
+    assert encode_prompt(ByteTokenizer(), "") == [10]
+
+
+def test_stream_text_stops_right_after_the_stop_string():
+    tok = CharTokenizer(list("\nabcd"))
+    script = tok.encode("ab\ncd\nab")
+    model = scripted_model(script, tok.vocab_size)
+    pieces = list(stream_text(model, tok, [0], 8, temperature=0))
+    assert pieces == list("ab\ncd\nab")
+    assert "".join(stream_text(model, tok, [0], 8, stop="\n", temperature=0)) == "ab\n"
+    assert "".join(stream_text(model, tok, [0], 8, stop="cd", temperature=0)) == "ab\ncd"
+    assert "".join(stream_text(model, tok, [0], 8, stop="d\na", temperature=0)) == "ab\ncd\na"
+    assert "".join(stream_text(model, tok, [0], 8, stop="zz", temperature=0)) == "ab\ncd\nab"
+
+
+def test_stream_text_holds_back_half_utf8_characters():
+    tok = ByteTokenizer()
+    script = list("x我y学".encode())
+    model = scripted_model(script, 256)
+    assert list(stream_text(model, tok, [0], len(script), temperature=0)) == ["x", "我", "y", "学"]
+    assert "".join(stream_text(model, tok, [0], len(script), stop="y", temperature=0)) == "x我y"
+
+
+# --------------------------------------------------------------------------------------------
+# generate.py
+
+
+def test_generate_py_imports_no_training_stack():
+    code = (
+        "import sys; sys.path.insert(0, '.'); import generate; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'lightning', 'pytorch_lightning', 'tensorboard', 'matplotlib', 'torchmetrics'}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_text_overrides_are_quoted_for_hydra():
+    quote = generate_cli.quote_text_overrides
+    assert quote(["generate.py", "prompt=我正在学习", "top_k=5"]) == [
+        "generate.py", "prompt='我正在学习'", "top_k=5"]
+    assert quote(["prompt='kept'", 'stop="x"', "stop=", r"stop=\n"]) == [
+        "prompt='kept'", 'stop="x"', "stop=", r"stop='\n'"]
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for text in ["it's", "a\\", "a\\'b", "你好, world = 1"]:
+        (override,) = parser.parse_overrides(quote([f"prompt={text}"]))
+        assert override.value() == text
+    assert generate_cli.unescape(r"a\nb\tc\\n") == "a\nb\tc\\n"
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A tiny model trained by train.py for 20 steps; its text file is gone afterwards."""
+    tmp = tmp_path_factory.mktemp("trained")
+    text = tmp / "tiny.txt"
+    text.write_text(TINY_TEXT, encoding="utf-8")
+    run = tmp / "outputs" / "runs" / "2026-01-01_00-00-00"
+    run_train(run, *TINY_MODEL, f"data.path={text}", "data.repeat=30", "trainer.max_steps=20",
+              "trainer.val_check_interval=10", "optim.lr=0.01", "logger=none")
+    text.unlink()
+    return run
+
+
+def run_generate(*overrides: str, cwd=ROOT):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, str(ROOT / "generate.py"), *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", timeout=120,
+                          cwd=cwd, env=env)
+
+
+def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path):
+    ckpt = tmp_path / "model.ckpt"
+    shutil.copy(next((trained_run / "checkpoints").glob("best-*.ckpt")), ckpt)
+    proc = run_generate(f"ckpt_path={ckpt}", "prompt=自注意力", "max_new_tokens=40", "seed=3",
+                        "num_samples=2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"checkpoint: {ckpt}" in proc.stderr and "seed=3" in proc.stderr
+    assert proc.stdout.endswith("\n")
+    samples = proc.stdout[:-1].split("\n---\n")
+    assert len(samples) == 2 and samples[0] != samples[1]
+    for sample in samples:
+        assert sample.startswith("自注意力") and len(sample) == 4 + 40
+        assert set(sample) <= set(TINY_TEXT)
+    assert list(tmp_path.iterdir()) == [ckpt]  # no Hydra folders or logs
+
+    again = run_generate(f"run_dir={trained_run}", "prompt=自注意力", "max_new_tokens=40",
+                         "seed=3", "num_samples=2", "use_cache=false")
+    assert again.returncode == 0, again.stderr
+    assert "best-step" in again.stderr
+    assert again.stdout == proc.stdout  # same seed, same text; with or without the cache
+
+
+def test_generate_py_errors_are_one_line(trained_run, tmp_path):
+    proc = run_generate(f"run_dir={trained_run}", "prompt=自注意力Ω", "max_new_tokens=3")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    vocab = len(set(TINY_TEXT))
+    assert len(error) == 1 and "'Ω'" in error[0] and f"vocabulary of {vocab} symbols" in error[0]
+
+    proc = run_generate(f"paths.log_dir={tmp_path}", "temperature=-1")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: temperature=-1 must be a number >= 0: " \
+                                  "use 0 for greedy, 1 for plain sampling"
+
+
+def compose_generate(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="generate", overrides=list(overrides))
+
+
+def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
+    log_dir = trained_run.parent.parent
+    cfg = compose_generate(f"paths.log_dir={log_dir}", "prompt='自'", "temperature=0",
+                           "max_new_tokens=60", "stop='\\n'")
+    generate_cli.run(cfg)
+    out, err = capsys.readouterr()
+    assert f"checkpoint: {trained_run / 'checkpoints'}" in err and "best-step" in err
+    assert out.startswith("自") and out.endswith("\n")
+    generated = out[1:-1]  # without the prompt and the final newline
+    assert "\n" not in generated[:-1]  # nothing after the first newline
+    assert generated.endswith("\n") or len(generated) == 60
+    generate_cli.run(cfg)
+    assert capsys.readouterr().out == out  # greedy: the same every time
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["top_k=0"], "top_k=0 must be an integer >= 1"),
+        (["top_p=1.5"], "top_p=1.5 must be in (0, 1]"),
+        (["max_new_tokens=-5"], "max_new_tokens=-5 must be an integer >= 0"),
+        (["num_samples=0"], "num_samples=0 must be an integer >= 1"),
+        (["seed=abc"], "seed='abc' must be an integer"),
+        (["prompt=a", "prompt_file=x.txt"], "both prompt and prompt_file are set"),
+        (["prompt_file=/no/such/file.txt"], "prompt_file /no/such/file.txt does not exist"),
+        (["ckpt_path=/no/such.ckpt"], "checkpoint file /no/such.ckpt does not exist"),
+        (["run_dir=/no/such/run"], "run folder /no/such/run does not exist"),
+        (["ckpt_path=a.ckpt", "run_dir=b"], "both ckpt_path and run_dir are set"),
+    ],
+)
+def test_bad_options_in_process(tmp_path, overrides, message):
+    cfg = compose_generate(f"paths.log_dir={tmp_path}", *overrides)
+    with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
+        generate_cli.run(cfg)
+    assert message in str(info.value)
+
+
+def test_no_runs_at_all_in_process(tmp_path):
+    with pytest.raises(TinyLMError, match="no run with checkpoints under .*train one with"):
+        generate_cli.run(compose_generate(f"paths.log_dir={tmp_path}"))
+
+
+def test_prompt_file_and_skip_unknown(trained_run, tmp_path, capsys):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Ω自注意力\n", encoding="utf-8")
+    cfg = compose_generate(f"run_dir={trained_run}", f"prompt_file={prompt}", "unknown=skip",
+                           "max_new_tokens=5", "seed=1")
+    generate_cli.run(cfg)
+    out = capsys.readouterr().out
+    assert out.startswith("自注意力\n") and len(out) == len("自注意力\n") + 5 + 1
