@@ -88,7 +88,8 @@ def read_checkpoint(path: str | Path) -> dict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for bad bytes: zip, pickle, EOF, key errors
-        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        # the restricted unpickler names the refused class or function: "... GLOBAL module.name"
+        unsafe = re.search(r"GLOBAL (\S+)", str(e))
         if unsafe:
             raise TinyLMError(
                 f"checkpoint {path} contains a pickled Python object ({unsafe.group(1)}) and was "
@@ -128,7 +129,7 @@ def load_model(path: str | Path) -> LoadedModel:
         weights = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
         model.load_state_dict(weights)
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        reason = " ".join(str(e).split())[:200] or type(e).__name__  # one line, kept short
         raise TinyLMError(
             f"checkpoint {path} does not describe a valid tinylm model ({reason}): "
             "use a checkpoint saved by tinylm's train.py"
