@@ -19,7 +19,6 @@ import torch
 from omegaconf import DictConfig
 
 from tinylm.checkpoint import find_checkpoint, load_model
-from tinylm.config import _positive_int as positive_int
 from tinylm.errors import TinyLMError
 from tinylm.generation import check_sampling, encode_prompt, stream_text
 
@@ -70,12 +69,10 @@ def read_prompt(cfg: DictConfig) -> str:
 
 def check_options(cfg: DictConfig) -> None:
     """Reject bad values before the checkpoint is even looked for."""
-    check_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.max_new_tokens)
-    if not positive_int(cfg.num_samples):
-        raise TinyLMError(f"num_samples={cfg.num_samples!r} must be an integer >= 1")
-    if cfg.seed is not None and (not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool)):
+    check_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.max_new_tokens, cfg.num_samples)
+    if cfg.seed is not None and type(cfg.seed) is not int:
         raise TinyLMError(f"seed={cfg.seed!r} must be an integer, or null for a fresh one")
-    if cfg.threads is not None and not positive_int(cfg.threads):
+    if cfg.threads is not None and (type(cfg.threads) is not int or cfg.threads < 1):
         raise TinyLMError(f"threads={cfg.threads!r} must be an integer >= 1, or null")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from tinylm.errors import TinyLMError
 from tinylm.generation import (
+    check_sampling,
     encode_prompt,
     generate,
     keep_top_k,
@@ -183,13 +185,17 @@ def test_same_seed_same_text_and_different_seed_different_text():
         ({"top_p": 0}, "top_p=0 must be in (0, 1]"),
         ({"top_p": 1.5}, "top_p=1.5 must be in (0, 1]"),
         ({"max_new_tokens": -1}, "max_new_tokens=-1 must be an integer >= 0"),
+        ({"num_samples": 0}, "num_samples=0 must be an integer >= 1"),
     ],
 )
 def test_bad_sampling_values_are_one_clear_line(kwargs, message):
     args = {"max_new_tokens": 3, **kwargs}
     with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
-        generate(tiny_model(), torch.zeros(1, 1, dtype=torch.long), **args)
+        check_sampling(**args)
     assert message in str(info.value)
+    if "num_samples" not in kwargs:  # the loop checks its own arguments too
+        with pytest.raises(TinyLMError, match=re.escape(message)):
+            generate(tiny_model(), torch.zeros(1, 1, dtype=torch.long), **args)
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,6 +384,12 @@ def compose_generate(*overrides: str):
         return compose(config_name="generate", overrides=list(overrides))
 
 
+def run_expecting_error(*overrides: str) -> TinyLMError:
+    with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
+        generate_cli.run(compose_generate(*overrides))
+    return info.value
+
+
 def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
     log_dir = trained_run.parent.parent
     cfg = compose_generate(f"paths.log_dir={log_dir}", "prompt='自'", "temperature=0",
@@ -401,6 +413,7 @@ def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
         (["max_new_tokens=-5"], "max_new_tokens=-5 must be an integer >= 0"),
         (["num_samples=0"], "num_samples=0 must be an integer >= 1"),
         (["seed=abc"], "seed='abc' must be an integer"),
+        (["threads=0"], "threads=0 must be an integer >= 1"),
         (["prompt=a", "prompt_file=x.txt"], "both prompt and prompt_file are set"),
         (["prompt_file=/no/such/file.txt"], "prompt_file /no/such/file.txt does not exist"),
         (["ckpt_path=/no/such.ckpt"], "checkpoint file /no/such.ckpt does not exist"),
@@ -409,15 +422,28 @@ def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
     ],
 )
 def test_bad_options_in_process(tmp_path, overrides, message):
-    cfg = compose_generate(f"paths.log_dir={tmp_path}", *overrides)
-    with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
-        generate_cli.run(cfg)
-    assert message in str(info.value)
+    assert message in str(run_expecting_error(f"paths.log_dir={tmp_path}", *overrides))
 
 
 def test_no_runs_at_all_in_process(tmp_path):
-    with pytest.raises(TinyLMError, match="no run with checkpoints under .*train one with"):
-        generate_cli.run(compose_generate(f"paths.log_dir={tmp_path}"))
+    message = str(run_expecting_error(f"paths.log_dir={tmp_path}"))
+    assert f"no run with checkpoints under {tmp_path}" in message and "python train.py" in message
+
+
+def test_unusable_checkpoints_in_process(tmp_path):
+    (tmp_path / "broken.ckpt").write_bytes(b"PK\x03\x04 truncated")
+    message = str(run_expecting_error(f"ckpt_path={tmp_path / 'broken.ckpt'}"))
+    assert "broken.ckpt could not be read" in message and "corrupted or truncated" in message
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    message = str(run_expecting_error(f"run_dir={tmp_path / 'run'}"))
+    assert f"run folder {tmp_path / 'run'} has no checkpoints" in message
+
+
+def test_empty_prompt_prints_only_the_continuation(trained_run, capsys):
+    cfg = compose_generate(f"run_dir={trained_run}", "max_new_tokens=12", "seed=0")
+    generate_cli.run(cfg)
+    out = capsys.readouterr().out
+    assert len(out) == 12 + 1 and set(out) <= set(TINY_TEXT)  # the starting newline is not shown
 
 
 def test_prompt_file_and_skip_unknown(trained_run, tmp_path, capsys):

@@ -35,7 +35,7 @@ def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def check_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0) -> None:
+def check_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0, num_samples=1):
     """Raise one TinyLMError line for a sampling setting that makes no sense."""
     if not _is_number(temperature) or temperature < 0:
         raise TinyLMError(
@@ -48,6 +48,8 @@ def check_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0) ->
         raise TinyLMError(f"top_p={top_p!r} must be in (0, 1]: e.g. 0.9, or null to turn it off")
     if not _is_int(max_new_tokens) or max_new_tokens < 0:
         raise TinyLMError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
+    if not _is_int(num_samples) or num_samples < 1:
+        raise TinyLMError(f"num_samples={num_samples!r} must be an integer >= 1")
 
 
 # --------------------------------------------------------------------------------------------
