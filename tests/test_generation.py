@@ -193,9 +193,9 @@ def test_bad_sampling_values_are_one_clear_line(kwargs, message):
     with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
         check_sampling(**args)
     assert message in str(info.value)
-    if "num_samples" not in kwargs:  # the loop checks its own arguments too
+    if "num_samples" not in kwargs:  # the loop checks its arguments too, before the first step
         with pytest.raises(TinyLMError, match=re.escape(message)):
-            generate(tiny_model(), torch.zeros(1, 1, dtype=torch.long), **args)
+            stream_tokens(tiny_model(), torch.zeros(1, 1, dtype=torch.long), **args)
 
 
 # --------------------------------------------------------------------------------------------

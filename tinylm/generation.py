@@ -164,8 +164,9 @@ def stream_tokens(
 ) -> Iterator[torch.Tensor]:
     """Yield ``max_new_tokens`` steps of new ids, each (B,), continuing the prompt ``idx`` (B, T).
 
-    Each step runs in eval mode under ``torch.no_grad`` and restores the model's mode after.
-    Stop early by breaking out of the loop. See ``_next_logits`` for what the cache does.
+    Arguments are checked now, not at the first step. Each step runs in eval mode under
+    ``torch.no_grad`` and restores the model's mode after. Stop early by breaking out of the
+    loop. See ``_next_logits`` for what the cache does.
     """
     check_sampling(temperature, top_k, top_p, max_new_tokens)
     if idx.dim() != 2 or idx.size(1) == 0:
@@ -177,12 +178,16 @@ def stream_tokens(
     if use_cache:
         dtype = next(model.parameters()).dtype
         cache = KVCache(model.config, B, device=idx.device, dtype=dtype)
-    for length in range(T, T + max_new_tokens):
-        with _inference(model):
-            logits = _next_logits(model, seq[:, :length], cache)
-        next_ids = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
-        seq[:, length] = next_ids
-        yield next_ids
+
+    def steps():
+        for length in range(T, T + max_new_tokens):
+            with _inference(model):
+                logits = _next_logits(model, seq[:, :length], cache)
+            next_ids = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
+            seq[:, length] = next_ids
+            yield next_ids
+
+    return steps()
 
 
 def generate(
