@@ -198,8 +198,9 @@ class CausalSelfAttention(nn.Module):
             dropout_p = self.dropout if self.training else 0.0
             if start == 0:  # prefill / training: plain causal attention
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            else:  # cached decoding; one new query sees every stored key, so it needs no mask
+                attn_mask = None if T == 1 else mask
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
         _trace("attention output per head", y)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads concatenated
         _trace("heads concatenated", y)
