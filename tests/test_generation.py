@@ -25,7 +25,7 @@ from tinylm.generation import (
     stream_text,
     stream_tokens,
 )
-from tinylm.model import GPT, GPTConfig
+from tinylm.model import GPT, GPTConfig, trace_shapes
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 spec = importlib.util.spec_from_file_location("generate_cli", ROOT / "generate.py")
@@ -93,6 +93,19 @@ def test_greedy_with_and_without_cache_is_identical_past_block_size(pos_encoding
     assert torch.equal(cached[:, :5], prompt)
     new = cached[:, 5:]
     assert len({tuple(row) for row in new.tolist()}) >= 2 and len(new.unique()) >= 4  # not one loop
+
+
+def test_cache_encodes_one_token_per_step_until_the_window_slides():
+    model = tiny_model()
+    prompt = torch.zeros(2, 5, dtype=torch.long)
+    with trace_shapes() as rows:
+        generate(model, prompt, 6, use_cache=True)
+    encoded = [shape for stage, shape in rows if stage == "ids"]
+    # prompt, then one token per step while the text fits in block_size 8, then whole windows
+    assert encoded == [(2, 5), (2, 1), (2, 1), (2, 1), (2, 8), (2, 8)]
+    with trace_shapes() as rows:
+        generate(model, prompt, 6, use_cache=False)
+    assert [shape for stage, shape in rows if stage == "ids"] == [(2, 5), (2, 6), (2, 7), (2, 8), (2, 8), (2, 8)]
 
 
 def test_same_seed_samples_the_same_with_and_without_cache():

@@ -133,22 +133,19 @@ def _inference(model: GPT):
 def _next_logits(model: GPT, seq: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
     """Logits (B, V) for the token after ``seq`` (B, L), seeing at most block_size tokens.
 
-    Without a cache this is the reference: crop to the last block_size tokens, run them all.
-    With a cache, while the text fits in the block the cache holds seq[:, :cache.length] and only
-    the new tokens are encoded (the prompt at the first step, one token after that). Past
-    block_size the window slides, so with absolute positions (learned or sinusoidal) every kept
-    token's position changes and its cached keys/values are stale: the cache is emptied and the
-    last block_size tokens re-encoded, exactly like the reference. Past block_size the cache
-    therefore gives no speed-up, but it stays exactly equal.
+    The reference (no cache): crop to the last block_size tokens and encode them all.
+    With a cache, while the text fits in the block, the cache holds seq[:, :cache.length] and only
+    the new tokens are encoded: the prompt at the first step, one token after that.
+    Past block_size the window slides. Positions are absolute (learned or sinusoidal), so every
+    kept token moves to a new position and its cached keys/values go stale. From then on each
+    step re-encodes the last block_size tokens exactly like the reference. Past block_size the
+    cache gives no speed-up, and the output stays exactly the same as without it.
     """
     block = model.config.block_size
-    if cache is None:
-        logits, _ = model(seq[:, -block:], last_only=True)
-    elif seq.size(1) <= block:
+    if cache is not None and seq.size(1) <= block:
         logits, _ = model(seq[:, cache.length :], cache=cache, last_only=True)
     else:
-        cache.reset()
-        logits, _ = model(seq[:, -block:], cache=cache, last_only=True)
+        logits, _ = model(seq[:, -block:], last_only=True)
     return logits[:, -1]  # (B, V)
 
 

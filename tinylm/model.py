@@ -133,8 +133,8 @@ class KVCache:
     """Pre-allocated keys/values for incremental decoding, (B, h, block_size, hs) per layer.
 
     Positions are absolute, so the cache only holds the first block_size positions of a text:
-    once a text outgrows the block, every kept token moves to a new position and the caller must
-    ``reset()`` and re-encode the window (``tinylm.generation`` does).
+    once a text outgrows the block, every kept token moves to a new position, the stored keys and
+    values go stale, and the window must be encoded afresh (``tinylm.generation`` does).
     """
 
     def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
