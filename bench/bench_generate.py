@@ -1,6 +1,6 @@
 """Characters per second of generation with and without the KV cache, side by side:
 
-    .venv/bin/python bench/bench_generate.py [--repeats 3] [--threads 1]
+    .venv/bin/python bench/bench_generate.py [--repeats 5] [--threads 1]
 
 Two randomly initialised models (speed does not depend on the weights): the reference model
 (n_embd 64, 4 heads, 4 layers, block 32) and a 4-layer, 128-wide model with block 256, both with
@@ -26,21 +26,25 @@ MODELS = {
 }
 
 
-def seconds_to_generate(model: GPT, new_tokens: int, use_cache: bool, repeats: int) -> float:
-    """Best wall time of ``repeats`` runs (after one warm-up), sampling with a fixed seed."""
+def seconds_to_generate(model: GPT, new_tokens: int, repeats: int) -> dict[bool, float]:
+    """Best wall time without and with the cache, over ``repeats`` runs after one warm-up.
+
+    The two settings take turns, so both see the same load from anything else on the machine.
+    """
     prompt = torch.zeros(1, 1, dtype=torch.long)  # (1, 1)
-    times = []
+    times = {False: [], True: []}
     for _ in range(repeats + 1):
-        generator = torch.Generator().manual_seed(0)
-        started = time.perf_counter()
-        generate(model, prompt, new_tokens, generator=generator, use_cache=use_cache)
-        times.append(time.perf_counter() - started)
-    return min(times[1:])
+        for use_cache in times:
+            generator = torch.Generator().manual_seed(0)
+            started = time.perf_counter()
+            generate(model, prompt, new_tokens, generator=generator, use_cache=use_cache)
+            times[use_cache].append(time.perf_counter() - started)
+    return {use_cache: min(runs[1:]) for use_cache, runs in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per setting (best wins)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per setting (best wins)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -50,8 +54,7 @@ def main() -> None:
     for name, config in MODELS.items():
         model = GPT(config).eval()
         new_tokens = config.block_size - 1
-        timings = {cache: seconds_to_generate(model, new_tokens, cache, args.repeats)
-                   for cache in (False, True)}
+        timings = seconds_to_generate(model, new_tokens, args.repeats)
         for cache, seconds in timings.items():
             results.append({
                 "model": name, "block_size": config.block_size, "n_embd": config.n_embd,
