@@ -78,7 +78,7 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
         shots = acc.Images(layer)
         assert [e.step for e in shots] == [10, 20]
         assert shots[0].width > 1.5 * shots[0].height > 300  # 2 heads side by side
-    assert len(acc.Images("attention/causal_mask")) == 1  # once per run
+    assert [e.step for e in acc.Images("attention/causal_mask")] == [0]  # once, at the start
 
     samples = acc.Tensors("samples/text_summary")
     assert [e.step for e in samples] == [10, 20]
@@ -102,18 +102,22 @@ def test_a_failing_plot_is_a_warning_and_training_continues(tmp_path, tiny_text_
         raise RuntimeError("plotting exploded")
 
     monkeypatch.setattr(plotting, "attention_figure", broken)
+    monkeypatch.setattr(plotting, "causal_mask_figure", broken)
     probes = NextTokenProbes(every_n_steps=2, probes=[["注意", "力"]])
     with caplog.at_level(logging.WARNING, logger="tinylm.callbacks"):
         trainer, _, _ = fit(tmp_path, tiny_text_file, [AttentionMaps(every_n_steps=2), probes],
                             steps=6)
     assert trainer.global_step == 6  # trained to the end
     failures = [r.getMessage() for r in caplog.records if "plotting exploded" in r.getMessage()]
-    assert len(failures) == 3  # steps 2, 4 and 6; the end of training is step 6 again
-    assert failures[0].startswith("AttentionMaps failed at step 2")
-    assert "training continues" in failures[0]
+    # the mask at the start, then steps 2, 4 and 6 (the end of training is step 6 again)
+    assert len(failures) == 4
+    assert failures[0].startswith("AttentionMaps (causal mask) failed at step 0")
+    assert failures[1].startswith("AttentionMaps failed at step 2")
+    assert all(f.endswith("(RuntimeError: plotting exploded); training continues")
+               for f in failures)
     acc = events(tmp_path / "tb")
     assert [e.step for e in acc.Scalars("probe/注意→力")] == [2, 4, 6]  # other callbacks ran
-    assert "attention/layer0" not in acc.Tags()["images"]
+    assert acc.Tags()["images"] == []
 
 
 def test_probe_scalar_is_the_models_probability_and_rises_as_the_rule_is_learned(

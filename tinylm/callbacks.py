@@ -200,7 +200,8 @@ class AttentionMaps(PeriodicInspector):
 
     ``text``: the probe; characters outside the vocabulary are skipped with a warning, and if
     fewer than 2 remain the first 16 characters of the training text's first line are used.
-    The causal mask is logged once, as ``attention/causal_mask``, at the first inspection.
+    The causal mask for the probe's length is logged once, as ``attention/causal_mask``, when
+    training starts.
     """
 
     def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列"):
@@ -209,6 +210,7 @@ class AttentionMaps(PeriodicInspector):
             raise TinyLMError(f"AttentionMaps.text={text!r} must be a string")
         self.text = text
         self._ids: list[int] | None = None
+        self._labels: list[str] = []
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
         text = without_unknown(tokenizer, self.text, "attention probe text")
@@ -221,24 +223,37 @@ class AttentionMaps(PeriodicInspector):
                         block_size)
         return ids[:block_size]
 
+    def _prepare(self, trainer, module) -> None:
+        """Encode and label the probe once per run (warnings about it appear once)."""
+        if self._ids is None:
+            tokenizer = tokenizer_from_state(module.tokenizer_state)
+            self._ids = self.probe_ids(trainer, tokenizer, module.model.config.block_size)
+            self._labels = plotting.token_labels(tokenizer, self._ids)
+
+    def log_causal_mask(self, trainer, module) -> None:
+        writer = tensorboard_writer(trainer)
+        if writer is None:
+            return
+        self._prepare(trainer, module)
+        T = len(self._ids)
+        mask = module.model.blocks[0].attn.causal_mask[:T, :T]  # (T, T) True = visible
+        image = plotting.render_rgb(plotting.causal_mask_figure(mask, self._labels))
+        writer.add_image("attention/causal_mask", image, trainer.global_step, dataformats="HWC")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            guarded("AttentionMaps (causal mask)", trainer.global_step,
+                    lambda: self.log_causal_mask(trainer, pl_module))
+
     def inspect(self, trainer, module) -> None:
         writer = tensorboard_writer(trainer)
         if writer is None:
             return
-        model, step = module.model, trainer.global_step
-        tokenizer = tokenizer_from_state(module.tokenizer_state)
-        first = self._ids is None
-        if first:
-            self._ids = self.probe_ids(trainer, tokenizer, model.config.block_size)
-        labels = plotting.token_labels(tokenizer, self._ids)
-        T = len(self._ids)
-        if first:
-            mask = model.blocks[0].attn.causal_mask[:T, :T]  # (T, T) True = visible
-            image = plotting.render_rgb(plotting.causal_mask_figure(mask, labels))
-            writer.add_image("attention/causal_mask", image, step, dataformats="HWC")
+        self._prepare(trainer, module)
+        step = trainer.global_step
         ids = torch.tensor(self._ids, device=module.device)  # (T,)
-        for layer, weights in enumerate(plotting.attention_weights(model, ids)):
-            figure = plotting.attention_figure(weights, labels, layer, note=f"step {step}")
+        for layer, weights in enumerate(plotting.attention_weights(module.model, ids)):
+            figure = plotting.attention_figure(weights, self._labels, layer, note=f"step {step}")
             writer.add_image(f"attention/layer{layer}", plotting.render_rgb(figure), step,
                              dataformats="HWC")
 
