@@ -198,6 +198,7 @@ def test_bad_options_are_one_line_errors(make):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_bad_interval_on_the_command_line_is_one_error_line(tmp_path):
     proc = run_train(tmp_path / "run", *TINY_MODEL, "callbacks.attention_maps.every_n_steps=0",
                      "logger=none", check=False)

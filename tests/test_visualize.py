@@ -45,6 +45,7 @@ def test_writes_one_png_per_layer_and_nothing_else(run_dir, tmp_path):
         assert pixels[..., :3].std() > 0.1  # a picture, not a blank page
 
 
+@pytest.mark.slow
 def test_default_out_dir_is_next_to_the_checkpoint(run_dir, tmp_path):
     proc = visualize(tmp_path, f"run_dir={run_dir}")  # the default text is the Chinese probe
     assert proc.returncode == 0, proc.stderr
@@ -53,6 +54,7 @@ def test_default_out_dir_is_next_to_the_checkpoint(run_dir, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "message"), [
     ("自注意力☃", "error: text has 1 character(s) outside the checkpoint's vocabulary: '☃'"),
     ("自注意力可以让序列中的每个位置看到前面", "error: text is 19 tokens long but the model sees at "
