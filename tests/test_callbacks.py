@@ -189,6 +189,7 @@ def test_default_prompt_is_the_start_of_the_first_line_and_unknowns_are_skipped(
     lambda: SampleText(every_n_steps=1.5),
     lambda: SampleText(prompts="abc"),
     lambda: SampleText(temperature=-1),
+    lambda: SampleText(prompt_chars=0),
     lambda: NextTokenProbes(probes=[["a"]]),
     lambda: EmbeddingProjector(every_n_steps=True),
 ])

@@ -46,7 +46,7 @@ def guarded(what: str, step: int, action: Callable[[], None]) -> None:
     """Run ``action``; if it raises, log one warning and carry on (training must not stop)."""
     try:
         action()
-    except Exception as e:  # noqa: BLE001 - any failure of an observer is survivable
+    except Exception as e:  # any failure of an observer is survivable
         log.warning("%s failed at step %d and was skipped (%s: %s); training continues",
                     what, step, type(e).__name__, e)
 
@@ -145,6 +145,8 @@ class SampleText(PeriodicInspector):
             isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts)
         ):
             raise TinyLMError(f"SampleText.prompts={prompts!r} must be a list of strings or null")
+        if isinstance(prompt_chars, bool) or not isinstance(prompt_chars, int) or prompt_chars < 1:
+            raise TinyLMError(f"SampleText.prompt_chars={prompt_chars!r} must be an integer >= 1")
         self.prompts = None if prompts is None else list(prompts)
         self.prompt_chars = prompt_chars
         self.max_new_tokens, self.seed = max_new_tokens, seed
@@ -312,6 +314,8 @@ class NextTokenProbes(PeriodicInspector):
         return result
 
     def inspect(self, trainer, module) -> None:
+        if not trainer.loggers:
+            return
         if self._encoded is None:
             tokenizer = tokenizer_from_state(module.tokenizer_state)
             self._encoded = self.encode(tokenizer, module.model.config.block_size)

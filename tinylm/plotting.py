@@ -20,10 +20,11 @@ from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import torch
+from matplotlib import colormaps, font_manager, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 from matplotlib.transforms import offset_copy
@@ -79,8 +80,8 @@ def cjk_font_path() -> Path:
 def register_cjk_font() -> str:
     """Add Noto Sans SC to matplotlib's font manager (once per process); return its family name."""
     path = cjk_font_path()
-    matplotlib.font_manager.fontManager.addfont(str(path))
-    return matplotlib.font_manager.FontProperties(fname=str(path)).get_name()
+    font_manager.fontManager.addfont(str(path))
+    return font_manager.FontProperties(fname=str(path)).get_name()
 
 
 @contextmanager
@@ -88,7 +89,7 @@ def cjk_style() -> Iterator[None]:
     """Draw with Latin + Chinese fonts. Text objects take their font when created, so build and
     render figures inside this context; matplotlib's global settings are left as they were."""
     family = register_cjk_font()
-    with matplotlib.rc_context({"font.family": [LATIN_FAMILY, family]}):
+    with rc_context({"font.family": [LATIN_FAMILY, family]}):
         yield
 
 
@@ -105,9 +106,10 @@ def render_rgb(fig: Figure) -> np.ndarray:
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG file (creating its folder), drawn by Agg like ``render_rgb``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
+    FigureCanvasAgg(fig)  # attaches itself to the figure: savefig then never touches pyplot
     with cjk_style():
         fig.savefig(path, format="png")
     return path
@@ -198,7 +200,7 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
     if len(labels) != T:
         raise ValueError(f"{len(labels)} labels for {T} positions")
     future = np.triu(np.ones((T, T), dtype=bool), k=1)
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.85")
+    cmap = colormaps["viridis"].with_extremes(bad="0.85")
     grid = _Grid(heads, T)
     with cjk_style():
         fig = Figure(figsize=(grid.width, grid.height), dpi=90)
@@ -228,7 +230,7 @@ def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
     with cjk_style():
         fig = Figure(figsize=(grid.width, grid.height), dpi=90)
         ax = fig.add_axes(grid.rect(0, 0))
-        ax.imshow(visible_cells, cmap=matplotlib.colors.ListedColormap(["0.85", "#9ecae1"]),
+        ax.imshow(visible_cells, cmap=ListedColormap(["0.85", "#9ecae1"]),
                   vmin=0, vmax=1)
         if T > 1:
             ax.add_patch(_future_outline(T))
