@@ -97,16 +97,20 @@ class PeriodicInspector(L.Callback):
     def inspect(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         raise NotImplementedError
 
+    def timed(self, what: str, step: int, action: Callable[[], None]) -> None:
+        """``guarded(action)``, its time added to ``seconds``."""
+        started = time.perf_counter()
+        guarded(what, step, action)
+        self.seconds += time.perf_counter() - started
+        self.calls += 1
+
     def run(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         """Inspect now (once per step at most), never raising."""
         step = trainer.global_step
         if not trainer.is_global_zero or step == self._last_step:
             return
         self._last_step = step
-        started = time.perf_counter()
-        guarded(type(self).__name__, step, lambda: self.inspect(trainer, module))
-        self.seconds += time.perf_counter() - started
-        self.calls += 1
+        self.timed(type(self).__name__, step, lambda: self.inspect(trainer, module))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
@@ -244,8 +248,8 @@ class AttentionMaps(PeriodicInspector):
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            guarded("AttentionMaps (causal mask)", trainer.global_step,
-                    lambda: self.log_causal_mask(trainer, pl_module))
+            self.timed("AttentionMaps (causal mask)", trainer.global_step,
+                       lambda: self.log_causal_mask(trainer, pl_module))
 
     def inspect(self, trainer, module) -> None:
         writer = tensorboard_writer(trainer)

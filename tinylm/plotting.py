@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -142,44 +143,42 @@ def _future_outline(T: int) -> Polygon:
     return Polygon(corners, closed=True, fill=False, hatch="///", edgecolor="0.55", linewidth=0)
 
 
-def _label_cells(ax, labels: Sequence[str], rows: bool = True) -> None:
-    """Label columns (keys) and, if ``rows``, rows (queries) with position and character.
+LABEL_PT = 9  # font size of the position labels
 
-    Plain text artists instead of matplotlib ticks: a labelled tick costs several artists and a
-    layout pass each, which made a figure several times slower to draw.
-    """
-    ax.set_xticks([])
-    ax.set_yticks([])
-    xaxis, yaxis = ax.get_xaxis_transform(), ax.get_yaxis_transform()  # data x / axes y, etc.
-    for i, ch in enumerate(labels):
-        ax.text(i, -0.02, f"{ch}\n{i}", transform=xaxis, ha="center", va="top", fontsize=9)
-    below = offset_copy(ax.transAxes, ax.figure, y=-0.42, units="inches")
-    ax.text(0.5, 0, "key position (attended to)", transform=below, ha="center", va="top")
-    if rows:
-        for i, ch in enumerate(labels):
-            ax.text(-0.02, i, f"{i} {ch}", transform=yaxis, ha="right", va="center", fontsize=9)
-        left = offset_copy(ax.transAxes, ax.figure, x=-0.5, units="inches")
-        ax.text(0, 0.5, "query position (attending)", transform=left, rotation=90, ha="right",
-                va="center")
+
+def _text_inches(text: str) -> float:
+    """Rough width of ``text`` at LABEL_PT: wide (CJK) glyphs 1 em, others at most 0.75 em."""
+    em = LABEL_PT / 72
+    return sum(em if unicodedata.east_asian_width(c) in "WF" else 0.75 * em for c in text)
 
 
 class _Grid:
-    """Fixed page layout in inches (no constrained layout: it re-measures every text per draw)."""
+    """Fixed page layout in inches (no constrained layout: it re-measures every text per draw).
 
-    left, bottom, top = 0.9, 0.75, 0.8  # margins
-    wgap, hgap = 0.3, 1.05  # between panels; rows share the query labels of column 0
+    Margins are sized from the labels: short labels (a character) go under the columns as two
+    lines, "char" over "position"; longer ones (e.g. "0xE8" bytes) are rotated to stay apart.
+    """
 
-    def __init__(self, panels: int, T: int, colorbar: bool = True, max_cols: int = 4):
+    top, gap = 0.8, 0.3  # title space; horizontal gap (rows share column 0's query labels)
+
+    def __init__(self, panels: int, labels: Sequence[str], colorbar: bool = True,
+                 max_cols: int = 4):
+        self.rotate = max(map(len, labels)) > 2
+        self.row_labels = max(_text_inches(f"{i} {ch}") for i, ch in enumerate(labels))
+        self.column_labels = self.row_labels if self.rotate else 2.4 * LABEL_PT / 72
+        self.left = self.row_labels + 0.55  # labels, then the axis title
+        self.bottom = self.column_labels + 0.55
+        self.hgap = self.bottom + 0.4  # the next row's panel titles
         self.right = 1.1 if colorbar else 0.3
         self.cols = min(panels, max_cols)
         self.rows = math.ceil(panels / self.cols)
-        self.side = max(2.0, 0.3 * T)  # inches per panel
-        self.width = self.left + self.cols * self.side + (self.cols - 1) * self.wgap + self.right
+        self.side = max(2.0, 0.3 * len(labels))  # inches per panel
+        self.width = self.left + self.cols * self.side + (self.cols - 1) * self.gap + self.right
         self.height = self.bottom + self.rows * self.side + (self.rows - 1) * self.hgap + self.top
 
     def rect(self, row: int, col: int) -> list[float]:
         """[x0, y0, w, h] in figure fractions of the panel at (row, col), row 0 on top."""
-        x = self.left + col * (self.side + self.wgap)
+        x = self.left + col * (self.side + self.gap)
         y = self.height - self.top - (row + 1) * self.side - row * self.hgap
         return [x / self.width, y / self.height, self.side / self.width, self.side / self.height]
 
@@ -187,6 +186,33 @@ class _Grid:
         x = self.width - self.right + 0.25
         span = self.height - self.top - self.bottom
         return [x / self.width, self.bottom / self.height, 0.15 / self.width, span / self.height]
+
+
+def _label_cells(ax, labels: Sequence[str], grid: _Grid, rows: bool = True) -> None:
+    """Label columns (keys) and, if ``rows``, rows (queries) with position and character.
+
+    Plain text artists instead of matplotlib ticks: a labelled tick costs several artists and a
+    layout pass each, which made a figure several times slower to draw.
+    """
+    ax.set_xticks([])
+    ax.set_yticks([])
+    fig, pad = ax.figure, 0.05  # inches between the panel and its labels
+    # x in data (column) units, y in axes units (0 = bottom edge), then nudged down; likewise y
+    columns = offset_copy(ax.get_xaxis_transform(), fig, y=-pad, units="inches")
+    rows_at = offset_copy(ax.get_yaxis_transform(), fig, x=-pad, units="inches")
+    for i, ch in enumerate(labels):
+        text = f"{i} {ch}" if grid.rotate else f"{ch}\n{i}"
+        ax.text(i, 0, text, transform=columns, ha="center", va="top", fontsize=LABEL_PT,
+                rotation=90 if grid.rotate else 0)
+    below = offset_copy(ax.transAxes, fig, y=-(pad + grid.column_labels + 0.1), units="inches")
+    ax.text(0.5, 0, "key position (attended to)", transform=below, ha="center", va="top")
+    if rows:
+        for i, ch in enumerate(labels):
+            ax.text(0, i, f"{i} {ch}", transform=rows_at, ha="right", va="center",
+                    fontsize=LABEL_PT)
+        left = offset_copy(ax.transAxes, fig, x=-(pad + grid.row_labels + 0.1), units="inches")
+        ax.text(0, 0.5, "query position (attending)", transform=left, rotation=90, ha="right",
+                va="center")
 
 
 def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
@@ -201,7 +227,7 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
         raise ValueError(f"{len(labels)} labels for {T} positions")
     future = np.triu(np.ones((T, T), dtype=bool), k=1)
     cmap = colormaps["viridis"].with_extremes(bad="0.85")
-    grid = _Grid(heads, T)
+    grid = _Grid(heads, labels)
     with cjk_style():
         fig = Figure(figsize=(grid.width, grid.height), dpi=90)
         for head in range(heads):
@@ -210,7 +236,7 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
             image = ax.imshow(cells, cmap=cmap, vmin=0.0, vmax=1.0)
             if T > 1:
                 ax.add_patch(_future_outline(T))
-            _label_cells(ax, labels, rows=head % grid.cols == 0)
+            _label_cells(ax, labels, grid, rows=head % grid.cols == 0)
             ax.set_title(f"layer {layer} · head {head}", fontsize=10)
         fig.colorbar(image, cax=fig.add_axes(grid.colorbar_rect()),
                      label="attention weight (each row sums to 1)")
@@ -226,7 +252,7 @@ def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
     """
     T = len(labels)
     visible_cells = mask.cpu().numpy()
-    grid = _Grid(1, T, colorbar=False)
+    grid = _Grid(1, labels, colorbar=False)
     with cjk_style():
         fig = Figure(figsize=(grid.width, grid.height), dpi=90)
         ax = fig.add_axes(grid.rect(0, 0))
@@ -239,7 +265,7 @@ def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
                 for j in range(T):
                     ax.text(j, i, "0" if visible_cells[i, j] else "−∞", ha="center",
                             va="center", fontsize=7)
-        _label_cells(ax, labels)
+        _label_cells(ax, labels, grid)
         ax.set_title("causal mask added to the scores:\n0 = may attend, −∞ = future (masked)",
                      fontsize=10)
     return fig
