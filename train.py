@@ -8,6 +8,7 @@ See conf/train.yaml for every option and README.md for more.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
@@ -25,4 +26,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    if "ckpt_path=last" in sys.argv:  # resume the newest run, in its own folder
+        from tinylm.resume import resolve_resume_argv
+
+        sys.argv = resolve_resume_argv(sys.argv, Path(os.environ["TINYLM_ROOT"]) / "outputs")
     main()

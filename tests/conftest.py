@@ -43,3 +43,12 @@ def tiny_text_file(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.txt"
     path.write_text(TINY_TEXT, encoding="utf-8")
     return path
+
+
+def compose(*overrides: str, output_dir: Path):
+    """The real composed train config (as `python train.py ...` would see it), outside Hydra's app."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("train", overrides=[f"paths.output_dir={output_dir}", *overrides])

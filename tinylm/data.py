@@ -191,11 +191,12 @@ class TextDataModule(L.LightningDataModule):
         dataset = RandomWindows(
             self.train_ids, self.block_size, self.batch_size, self.seed, rank, start
         )
-        return DataLoader(dataset, batch_size=None)
+        # own generator: creating the iterator must not draw from the global RNG (dropout's)
+        return DataLoader(dataset, batch_size=None, generator=torch.Generator())
 
     def val_dataloader(self) -> DataLoader:
         batches = [
             gather_windows(self.val_ids, offsets, self.block_size)
             for offsets in self.val_offsets.split(self.batch_size)
         ]
-        return DataLoader(batches, batch_size=None)
+        return DataLoader(batches, batch_size=None, generator=torch.Generator())

@@ -13,6 +13,7 @@ from dataclasses import asdict
 import lightning as L
 import torch
 
+from tinylm.errors import TinyLMError
 from tinylm.model import GPT, GPTConfig
 
 LN2 = math.log(2)
@@ -57,18 +58,23 @@ class LitGPT(L.LightningModule):
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
 
-    def on_train_start(self) -> None:
-        self.start_step = self.global_step  # > 0 when resuming
-
     def training_step(self, batch, batch_idx):
         x, y = batch
         _, loss = self.model(x, y)
+        self._check_finite(loss, "training")
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        # Always validate (and so checkpoint) after the last step, even when max_steps is not a
+        # multiple of val_check_interval: Lightning validates when asked to stop.
+        if self.global_step >= self.trainer.max_steps > 0:
+            self.trainer.should_stop = True
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         _, loss = self.model(x, y)
+        self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
         self.log("val/loss", loss, prog_bar=True)
         self.log("val/bpc", loss / LN2 / self.chars_per_token)
 
@@ -90,6 +96,42 @@ class LitGPT(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
+    def _check_finite(self, loss: torch.Tensor, stage: str) -> None:
+        """Divergence guard: stop at the first non-finite loss, before any checkpoint is saved."""
+        if not torch.isfinite(loss):
+            raise TinyLMError(
+                f"{stage} loss became {loss.item()} at step {self.global_step}: training diverged; "
+                f"lower optim.lr (now {self.hparams.lr:g}) or set trainer.gradient_clip_val=1.0 "
+                "(the last good checkpoint is kept)"
+            )
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["model_config"] = asdict(self.config)
         checkpoint["tokenizer"] = self.tokenizer_state
+        # dropout's random state, so a resumed run draws the same masks as an uninterrupted one
+        checkpoint["torch_rng_state"] = torch.get_rng_state()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "torch_rng_state" in checkpoint:
+            self._resume_rng_state = checkpoint["torch_rng_state"]
+
+    def on_train_start(self) -> None:
+        self.start_step = self.global_step  # > 0 when resuming
+        rng_state = getattr(self, "_resume_rng_state", None)
+        if rng_state is not None:  # restored last, after Lightning's own set-up draws
+            torch.set_rng_state(rng_state)
+        if self.start_step:
+            self._apply_configured_lr()
+
+    def _apply_configured_lr(self) -> None:
+        """On resume, use the configured optim.lr, not the one saved in the optimizer state,
+        so `ckpt_path=... optim.lr=<lower>` really lowers it (same value: nothing changes)."""
+        hp = self.hparams
+        factor = 1.0
+        if hp.decay_steps > 0:
+            factor = warmup_cosine(self.global_step, hp.warmup_steps, hp.decay_steps, hp.min_lr_ratio)
+        for config in self.trainer.lr_scheduler_configs:
+            config.scheduler.base_lrs = [hp.lr] * len(config.scheduler.base_lrs)
+        for optimizer in self.trainer.optimizers:
+            for group in optimizer.param_groups:
+                group["initial_lr"], group["lr"] = hp.lr, hp.lr * factor

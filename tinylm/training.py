@@ -5,20 +5,25 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 
 import hydra
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.config import validate
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.module import LitGPT
+from tinylm.resume import AtomicCheckpointIO, GracefulInterrupt, check_resume
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +95,20 @@ def train(cfg: DictConfig) -> dict:
              datamodule.tokenizer.vocab_size)
     print(module.model.format_parameter_table())
 
+    ckpt_path = resolve_path(cfg.ckpt_path)
+    if ckpt_path:
+        check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state)
+
     loggers = instantiate_all(cfg.get("logger"))
-    callbacks = instantiate_all(cfg.get("callbacks"))
+    interrupt = GracefulInterrupt()
+    callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
     if not loggers:  # nothing to log the learning rate to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
     started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_path(cfg.ckpt_path))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     wall = time.perf_counter() - started
 
     val_loss = trainer.callback_metrics.get("val/loss")
@@ -112,17 +122,56 @@ def train(cfg: DictConfig) -> dict:
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
         "wall_seconds": wall,
     }
+    metrics["interrupted"] = interrupt.interrupted_at is not None
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        log_hparams(trainer, cfg, metrics)
         log.info("final val loss %.4f (%.3f bits/char); run folder %s",
                  val_loss, metrics["val_bpc"], output_dir)
     return metrics
 
 
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"model": {"n_embd": 64}} -> {"model/n_embd": 64}; lists and None become strings."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}/"))
+        else:
+            flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
+
+
+def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
+    """TensorBoard's HParams tab: the run's settings next to its final val loss and bits/char."""
+    settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ("paths", "hydra")}
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.log_hyperparams(
+                flatten(settings),
+                {"hp/val_loss": metrics["val_loss"], "hp/val_bpc": metrics["val_bpc"],
+                 "hp/num_params": metrics["num_params"]},
+            )
+
+
 def main(cfg: DictConfig) -> float | None:
-    """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit."""
+    """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit.
+
+    In a sweep (``-m``), a job with bad input reports its error line, writes it to ``error.txt`` in
+    its folder and returns NaN, so the other jobs of the sweep still run.
+    """
     try:
-        return train(cfg)["val_loss"]
+        metrics = train(cfg)
     except TinyLMError as e:
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            output_dir = Path(cfg.paths.output_dir)
+            output_dir.mkdir(parents=True, exist_ok=True)
+            (output_dir / "error.txt").write_text(f"{e}\n")
+            print(f"error: job {HydraConfig.get().job.num} ({output_dir}): {e}", file=sys.stderr, flush=True)
+            return math.nan
         raise SystemExit(f"error: {e}") from None
+    if metrics["interrupted"]:
+        raise SystemExit(130)  # like any program stopped by Ctrl-C; last.ckpt is saved
+    return metrics["val_loss"]
