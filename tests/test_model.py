@@ -119,3 +119,20 @@ def test_too_long_input_is_refused():
 def test_bad_model_config(kw, message):
     with pytest.raises(ValueError, match=message):
         reference_config(**kw)
+
+
+def test_fast_dropout_matches_nn_dropout_statistics():
+    from tinylm.model import Dropout
+
+    torch.manual_seed(0)
+    drop = Dropout(0.1)
+    x = torch.ones(1000, 1000, requires_grad=True)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.002  # keep probability 1 - p
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.9))  # inverted scaling
+    assert abs(y.mean().item() - 1.0) < 0.005  # expectation preserved
+    y.sum().backward()
+    assert torch.equal(x.grad != 0, kept)  # gradient flows only through kept elements
+    assert torch.equal(drop.eval()(x), x)  # identity at eval time
+    assert torch.equal(Dropout(0.0).train()(x), x)
