@@ -42,32 +42,40 @@ def seconds_to_generate(model: GPT, new_tokens: int, repeats: int) -> dict[bool,
     return {use_cache: min(runs[1:]) for use_cache, runs in times.items()}
 
 
+def measure(repeats: int = 5, threads: int = 1) -> list[dict]:
+    """One result per (model, cache on/off), timed side by side."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    results = []
+    for name, config in MODELS.items():
+        model = GPT(config).eval()
+        new_tokens = config.block_size - 1
+        timings = seconds_to_generate(model, new_tokens, repeats)
+        for cache, seconds in timings.items():
+            results.append({
+                "bench": "generate", "model": name, "block_size": config.block_size,
+                "n_embd": config.n_embd, "num_layers": config.num_layers, "params": model.num_params(),
+                "use_cache": cache, "new_tokens": new_tokens, "seconds": round(seconds, 4),
+                "chars_per_second": round(new_tokens / seconds, 1),
+                "speedup": round(timings[False] / seconds, 2), "threads": threads,
+            })
+    return results
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'model':<10} {'block':>5} {'params':>9} {'cache':>5} {'chars/s':>9} {'speedup':>7}")
+    for r in results:
+        print(f"{r['model']:<10} {r['block_size']:>5} {r['params']:>9,} {str(r['use_cache']):>5} "
+              f"{r['chars_per_second']:>9,.0f} {r['speedup']:>6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per setting (best wins)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-
-    results = []
-    for name, config in MODELS.items():
-        model = GPT(config).eval()
-        new_tokens = config.block_size - 1
-        timings = seconds_to_generate(model, new_tokens, args.repeats)
-        for cache, seconds in timings.items():
-            results.append({
-                "model": name, "block_size": config.block_size, "n_embd": config.n_embd,
-                "num_layers": config.num_layers, "params": model.num_params(),
-                "use_cache": cache, "new_tokens": new_tokens, "seconds": round(seconds, 4),
-                "chars_per_second": round(new_tokens / seconds, 1),
-                "speedup": round(timings[False] / seconds, 2), "threads": args.threads,
-            })
-
-    print(f"{'model':<10} {'block':>5} {'params':>9} {'cache':>5} {'chars/s':>9} {'speedup':>7}")
-    for r in results:
-        print(f"{r['model']:<10} {r['block_size']:>5} {r['params']:>9,} {str(r['use_cache']):>5} "
-              f"{r['chars_per_second']:>9,.0f} {r['speedup']:>6.2f}x")
+    results = measure(args.repeats, args.threads)
+    print_table(results)
     for r in results:
         print(json.dumps(r))
 

@@ -27,7 +27,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tinylm import plotting
 from tinylm.errors import TinyLMError
-from tinylm.generation import _inference, check_sampling, encode_prompt, generate
+from tinylm.generation import check_sampling, encode_prompt, generate, inference_mode
 from tinylm.model import trace_shapes
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
@@ -308,7 +308,7 @@ class NextTokenProbes(PeriodicInspector):
     def probabilities(self, model, encoded) -> dict[str, float]:
         device = next(model.parameters()).device
         result = {}
-        with _inference(model):
+        with inference_mode(model):
             for name, (ids, n_ctx) in encoded.items():
                 idx = torch.tensor([ids], device=device)  # (1, L)
                 logits, _ = model(idx)  # (1, L, V)
@@ -361,16 +361,19 @@ STAGES = {
     "k": ("B, h, T, hs", "keys"),
     "v": ("B, h, T, hs", "values"),
     "scores": ("B, h, T, T", "q·kᵀ/√hs: one row per query, one column per key"),
+    "attention weights": ("B, h, T, T", "softmax over keys of the masked scores: rows sum to 1"),
     "attention output per head": ("B, h, T, hs", "softmax(masked scores) @ v"),
     "heads concatenated": ("B, T, C", "the heads side by side again (h·hs = C)"),
+    "attention projection": ("B, T, C", "output projection of the attention (added to the residual)"),
     "feed-forward hidden": ("B, T, 4C", "the MLP's wider hidden layer, after ReLU"),
     "block output": ("B, T, C", "after both residual additions"),
+    "final LayerNorm": ("B, T, C", "the last block's output, normalised"),
     "logits": ("B, T, V", "a score for every vocabulary symbol at every position"),
     "loss input: logits": ("B·T, V", "flattened for cross-entropy"),
     "loss input: targets": ("B·T", "the true next token of every position, flattened"),
 }
-IN_BLOCK = ("q", "k", "v", "scores", "attention output per head", "heads concatenated",
-            "feed-forward hidden", "block output")
+IN_BLOCK = ("q", "k", "v", "scores", "attention weights", "attention output per head", "heads concatenated",
+            "attention projection", "feed-forward hidden", "block output")
 
 
 def shape_table(rows: list[tuple[str, tuple[int, ...]]], sizes: dict[str, int]) -> str:
@@ -403,7 +406,7 @@ class ShapeTrace(L.Callback):
     def print_trace(self, module, batch) -> None:
         x, y = batch  # (B, T) each
         model = module.model
-        with trace_shapes() as rows, _inference(model):
+        with trace_shapes() as rows, inference_mode(model):
             model(x, y, return_attention=True)
         c = model.config
         sizes = {

@@ -112,7 +112,7 @@ def sample_next(
 
 
 @contextmanager
-def _inference(model: GPT):
+def inference_mode(model: GPT):
     """Eval mode and no autograd for one step, then the model's own mode back.
 
     Scoped to a step rather than the whole stream, so nothing leaks into the caller's code
@@ -178,7 +178,7 @@ def stream_tokens(
 
     def steps():
         for length in range(T, T + max_new_tokens):
-            with _inference(model):
+            with inference_mode(model):
                 logits = _next_logits(model, seq[:, :length], cache)
             next_ids = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
             seq[:, length] = next_ids

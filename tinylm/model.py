@@ -227,6 +227,7 @@ class CausalSelfAttention(nn.Module):
             _trace("scores", scores)
             scores = scores.masked_fill(~mask, float("-inf"))
             weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
+            _trace("attention weights", weights)
             y = self.attn_dropout(weights) @ v  # (B, h, T, hs)
         else:
             dropout_p = self.dropout if self.training else 0.0
@@ -239,6 +240,7 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads concatenated
         _trace("heads concatenated", y)
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
+        _trace("attention projection", y)
         return y, weights
 
 
@@ -341,6 +343,7 @@ class GPT(nn.Module):
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         x = self.ln_f(x)  # (B, T, C)
+        _trace("final LayerNorm", x)
         logits = self.lm_head(x)  # (B, T, V)
         _trace("logits", logits)
 

@@ -31,7 +31,7 @@ from matplotlib.patches import Polygon
 from matplotlib.transforms import offset_copy
 
 from tinylm.errors import TinyLMError
-from tinylm.generation import _inference
+from tinylm.generation import inference_mode
 
 FONT_PACKAGE = "pylopdf_fonts_zh_cn"
 LATIN_FAMILY = "DejaVu Sans"  # matplotlib's bundled default font
@@ -127,7 +127,7 @@ def attention_weights(model: torch.nn.Module, ids: torch.Tensor) -> list[torch.T
     the model trains with the fused SDPA kernel. The pass runs in eval mode (no dropout) without
     autograd, and the model's own mode is restored afterwards.
     """
-    with _inference(model):
+    with inference_mode(model):
         _, _, weights = model(ids.unsqueeze(0), return_attention=True)  # per layer (1, h, T, T)
     return [w[0].float().cpu() for w in weights]  # (h, T, T) each
 

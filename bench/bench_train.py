@@ -1,0 +1,261 @@
+"""Training speed, side by side in one process: tinylm through Lightning vs a plain PyTorch loop.
+
+    python bench/bench_train.py                      # everything (about 3-4 minutes on 2 cores)
+    python bench/bench_train.py --skip-train-py      # without timing the default `python train.py`
+    python bench/bench_train.py --nanogpt ~/nanoGPT  # also time nanoGPT's train.py, same config
+
+For the reference configuration (B=32, T=32, n_embd 64, 4 heads, 4 layers, dropout 0.1) and a larger
+one (B=32, T=128, n_embd 256, 8 heads, 6 layers) it prints ms/step, tokens/s and MFU: the model's
+matmul FLOPs per second as a fraction of the fp32 matmul peak measured in this same process. The
+Lightning step is the real one (LitGPT + TextDataModule + Trainer.fit with the TensorBoard logger);
+the plain loop runs the same model, optimizer and batches with nothing around them. The two take
+turns and the best of the repeats counts, so both see the same machine load. Then it times the
+default `python train.py` (wall time and peak RSS) and generation with and without the KV cache.
+Every result is also printed as one JSON line (and appended to --out) to track progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from bench_generate import measure as measure_generation
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from tinylm.data import TextDataModule
+from tinylm.module import LitGPT
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIGS = {
+    "reference": dict(batch_size=32, block_size=32, n_embd=64, num_heads=4, num_layers=4, dropout=0.1),
+    "larger": dict(batch_size=32, block_size=128, n_embd=256, num_heads=8, num_layers=6, dropout=0.1),
+}
+
+
+def matmul_peak_gflops(size: int = 1024, seconds: float = 1.0) -> float:
+    """Best fp32 matmul throughput of this process (same threads as training)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - started))
+    return best / 1e9
+
+
+def matmul_flops_per_step(model_cfg: dict, batch_size: int) -> float:
+    """Forward + backward matmul FLOPs of one step: 3 x forward (backward costs 2 x forward).
+
+    Forward per token: 2 FLOPs per weight of every Linear (q/k/v, projections, feed-forward,
+    lm_head) plus attention's two (T x T x hs) products per head: 4 * T * C per layer.
+    """
+    C, T, L_, V = model_cfg["n_embd"], model_cfg["block_size"], model_cfg["num_layers"], model_cfg["vocab_size"]
+    linear_weights = L_ * 12 * C * C + C * V
+    per_token = 2 * linear_weights + L_ * 4 * T * C
+    return 3 * per_token * batch_size * T
+
+
+def make_datamodule(cfg: dict) -> TextDataModule:
+    datamodule = TextDataModule(block_size=cfg["block_size"], batch_size=cfg["batch_size"], seed=1337)
+    datamodule.prepare()
+    return datamodule
+
+
+def make_module(cfg: dict, datamodule: TextDataModule) -> LitGPT:
+    model = {k: cfg[k] for k in ("block_size", "n_embd", "num_heads", "num_layers", "dropout")}
+    model["vocab_size"] = datamodule.tokenizer.vocab_size
+    return LitGPT(model=model, tokenizer=datamodule.tokenizer.state())
+
+
+class StepTimer(L.Callback):
+    """Wall time of the training steps after ``warmup`` steps."""
+
+    def __init__(self, warmup: int):
+        self.warmup, self.started, self.seconds = warmup, None, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.warmup:
+            self.started = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module):
+        self.seconds = time.perf_counter() - self.started
+
+
+def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str) -> float:
+    """Seconds for ``steps`` steps of Trainer.fit, as users run it (logger on, no validation)."""
+    torch.manual_seed(0)
+    datamodule = make_datamodule(cfg)
+    module = make_module(cfg, datamodule)
+    timer = StepTimer(warmup)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, max_steps=warmup + steps, limit_val_batches=0,
+        logger=TensorBoardLogger(log_dir, name="", version="", default_hp_metric=False),
+        callbacks=[timer], enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, log_every_n_steps=10,
+    )
+    trainer.fit(module, datamodule=datamodule)
+    return timer.seconds
+
+
+def plain_loop_seconds(cfg: dict, steps: int, warmup: int) -> float:
+    """Seconds for ``steps`` steps of the plainest loop over the same model, optimizer, batches."""
+    torch.manual_seed(0)
+    datamodule = make_datamodule(cfg)
+    module = make_module(cfg, datamodule)
+    model, optimizer = module.model.train(), module.configure_optimizers()
+    batches = iter(datamodule.train_dataloader())
+    for step in range(warmup + steps):
+        if step == warmup:
+            started = time.perf_counter()
+        x, y = next(batches)
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - started
+
+
+def bench_config(name: str, cfg: dict, steps: int, repeats: int, peak: float, log_dir: str) -> list[dict]:
+    datamodule = make_datamodule(cfg)
+    vocab = datamodule.tokenizer.vocab_size
+    flops = matmul_flops_per_step({**cfg, "vocab_size": vocab}, cfg["batch_size"])
+    warmup = 10
+    best = {"lightning": float("inf"), "plain": float("inf")}
+    for _ in range(repeats):
+        best["lightning"] = min(best["lightning"], lightning_seconds(cfg, steps, warmup, log_dir))
+        best["plain"] = min(best["plain"], plain_loop_seconds(cfg, steps, warmup))
+    tokens = cfg["batch_size"] * cfg["block_size"] * steps
+    results = []
+    for path, seconds in best.items():
+        results.append({
+            "bench": "train", "config": name, "path": path, **cfg, "vocab_size": vocab,
+            "threads": torch.get_num_threads(), "steps": steps,
+            "ms_per_step": round(1000 * seconds / steps, 2), "tokens_per_second": round(tokens / seconds),
+            "gflop_per_step": round(flops / 1e9, 3), "matmul_peak_gflops": round(peak, 1),
+            "mfu": round(flops * steps / seconds / 1e9 / peak, 3),
+            "lightning_vs_plain": round(best["plain"] / best["lightning"], 3),
+        })
+    return results
+
+
+def time_command(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of a child process."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.read()}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def bench_train_py(run_dir: str) -> dict:
+    wall, rss = time_command(
+        [sys.executable, "train.py", "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}"], ROOT
+    )
+    metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
+    return {"bench": "train.py", "wall_seconds": round(wall, 1), "peak_rss_mib": round(rss),
+            "steps": metrics["steps"], "val_loss": round(metrics["val_loss"], 4)}
+
+
+def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
+    """nanoGPT's own train.py at the reference configuration on Tiny Shakespeare (CPU, no compile).
+
+    Needs a nanoGPT checkout and ../shared/data/tinyshakespeare.txt (or data/shakespeare_char
+    already prepared in the checkout). Its data is written next to a copy of its train.py files.
+    """
+    import pickle
+
+    import numpy as np
+
+    text = (ROOT.parent / "shared" / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
+    data = work / "data" / "shakespeare_char"
+    data.mkdir(parents=True)
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+    n = int(0.9 * len(ids))
+    ids[:n].tofile(data / "train.bin")
+    ids[n:].tofile(data / "val.bin")
+    with open(data / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
+    for name in ("train.py", "model.py", "configurator.py"):
+        (work / name).write_bytes((nanogpt / name).read_bytes())
+    (work / "config").mkdir()
+    (work / "config" / "train_shakespeare_char.py").write_bytes(
+        (nanogpt / "config" / "train_shakespeare_char.py").read_bytes())
+    args = ["--device=cpu", "--compile=False", "--block_size=32", "--batch_size=32", "--n_layer=4",
+            "--n_head=4", "--n_embd=64", "--dropout=0.1", "--max_iters=1000", "--lr_decay_iters=1000",
+            "--eval_interval=250", "--eval_iters=20", "--log_interval=100", "--always_save_checkpoint=False"]
+    wall, rss = time_command([sys.executable, "train.py", "config/train_shakespeare_char.py", *args], work)
+    return {"bench": "nanogpt train.py", "wall_seconds": round(wall, 1), "peak_rss_mib": round(rss), "steps": 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per path (best wins)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--skip-train-py", action="store_true", help="do not time `python train.py`")
+    parser.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout to time side by side")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "results.jsonl")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    L.seed_everything(0, verbose=False)
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = matmul_peak_gflops()
+        print(f"fp32 matmul peak: {peak:.1f} GFLOP/s with {args.threads} threads")
+        for name, cfg in CONFIGS.items():
+            results += bench_config(name, cfg, args.steps, args.repeats, peak, tmp)
+        print(f"\n{'config':<10} {'path':<10} {'ms/step':>8} {'tokens/s':>9} {'MFU':>6} {'vs plain':>8}")
+        for r in results:
+            print(f"{r['config']:<10} {r['path']:<10} {r['ms_per_step']:>8.1f} {r['tokens_per_second']:>9,} "
+                  f"{r['mfu']:>6.1%} {r['lightning_vs_plain'] if r['path'] == 'lightning' else '':>8}")
+
+        # 1 vs 2 threads for the reference size (plain loop, the same batches)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            seconds = plain_loop_seconds(CONFIGS["reference"], args.steps, 10)
+            results.append({"bench": "threads", "config": "reference", "threads": threads,
+                            "ms_per_step": round(1000 * seconds / args.steps, 2)})
+            print(f"reference, plain loop, {threads} thread(s): {results[-1]['ms_per_step']:.1f} ms/step")
+        torch.set_num_threads(args.threads)
+
+        if not args.skip_train_py:
+            results.append(bench_train_py(str(Path(tmp) / "run")))
+            r = results[-1]
+            print(f"python train.py: {r['wall_seconds']} s for {r['steps']} steps, peak RSS {r['peak_rss_mib']} MiB, "
+                  f"val loss {r['val_loss']}")
+        if args.nanogpt:
+            results.append(bench_nanogpt(args.nanogpt.expanduser().resolve(), Path(tmp) / "nanogpt"))
+            r = results[-1]
+            print(f"nanoGPT train.py: {r['wall_seconds']} s for 1000 steps, peak RSS {r['peak_rss_mib']} MiB")
+
+    generation = measure_generation(repeats=3)
+    results += generation
+    for r in generation:
+        print(f"generate {r['model']:<10} cache={str(r['use_cache']):<5} {r['chars_per_second']:>8,.0f} chars/s "
+              f"({r['speedup']:.2f}x)")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a") as f:
+        for r in results:
+            line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **r})
+            print(line)
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
