@@ -17,6 +17,7 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.config import validate
@@ -48,6 +49,7 @@ def build_datamodule(cfg: DictConfig) -> TextDataModule:
         seed=cfg.seed,
         url=data.url,
         sha256=data.sha256,
+        bpe_vocab_size=data.bpe_vocab_size,
     )
 
 
@@ -79,6 +81,23 @@ def instantiate_all(group: DictConfig | None) -> list:
         raise
 
 
+def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
+    """Refuse DDP started by Lightning itself inside a local multirun, before any rank starts.
+
+    Lightning starts ranks 1..N-1 by re-running this process's command line with rank 0's
+    ``hydra.run.dir``. In a multirun that command line is the whole sweep: each extra rank would run
+    every job again, pairing with rank 0's jobs in the wrong order and writing stray folders.
+    Under SLURM or torchrun the ranks are started from outside and nothing is re-run.
+    """
+    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if in_sweep and trainer.num_devices > 1 and isinstance(trainer.strategy.launcher, _SubprocessScriptLauncher):
+        raise TinyLMError(
+            "multi-process DDP cannot run inside a local sweep (-m): Lightning starts the other ranks by "
+            "re-running the command line, which would re-run the whole sweep; train DDP jobs one at a time, "
+            "or run the sweep on SLURM with hydra/launcher=slurm (SLURM starts one task per rank)"
+        )
+
+
 def train(cfg: DictConfig) -> dict:
     """Train as the config says; return the final metrics (also written to metrics.json)."""
     validate(cfg)
@@ -107,6 +126,7 @@ def train(cfg: DictConfig) -> dict:
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
+    refuse_relaunch_in_sweep(trainer)
     started = time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     wall = time.perf_counter() - started
