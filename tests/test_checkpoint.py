@@ -183,5 +183,5 @@ def test_inconsistent_checkpoints_are_refused(tmp_path):
     message = one_line_error(load_model, wrong_size)
     assert "does not describe a valid tinylm model" in message and "size mismatch" in message
 
-    bad_tokenizer = save_checkpoint(tmp_path / "bad_tok.ckpt", model, tokenizer={"kind": "bpe"})
-    assert "unknown tokenizer kind 'bpe'" in one_line_error(load_model, bad_tokenizer)
+    bad_tokenizer = save_checkpoint(tmp_path / "bad_tok.ckpt", model, tokenizer={"kind": "wordpiece"})
+    assert "unknown tokenizer kind 'wordpiece'" in one_line_error(load_model, bad_tokenizer)

@@ -29,6 +29,7 @@ from tinylm import plotting
 from tinylm.errors import TinyLMError
 from tinylm.generation import check_sampling, encode_prompt, generate, inference_mode
 from tinylm.model import trace_shapes
+from tinylm.rnn import RNNLanguageModel
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ class AttentionMaps(PeriodicInspector):
     ``text``: the probe; characters outside the vocabulary are skipped with a warning, and if
     fewer than 2 remain the first 16 characters of the training text's first line are used.
     The causal mask for the probe's length is logged once, as ``attention/causal_mask``, when
-    training starts.
+    training starts. A model without attention (the LSTM/GRU baseline) is skipped with one warning.
     """
 
     def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列"):
@@ -217,6 +218,17 @@ class AttentionMaps(PeriodicInspector):
         self.text = text
         self._ids: list[int] | None = None
         self._labels: list[str] = []
+        self._warned_no_attention = False
+
+    def has_attention(self, module) -> bool:
+        """False for an LSTM/GRU, saying so once: the same callback list serves every architecture."""
+        if not isinstance(module.model, RNNLanguageModel):
+            return True
+        if not self._warned_no_attention:
+            log.warning("AttentionMaps: the %s model has no attention to draw; skipped for this run",
+                        module.model.config.arch)
+            self._warned_no_attention = True
+        return False
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
         text = without_unknown(tokenizer, self.text, "attention probe text")
@@ -247,13 +259,13 @@ class AttentionMaps(PeriodicInspector):
         writer.add_image("attention/causal_mask", image, trainer.global_step, dataformats="HWC")
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and self.has_attention(pl_module):
             self.timed("AttentionMaps (causal mask)", trainer.global_step,
                        lambda: self.log_causal_mask(trainer, pl_module))
 
     def inspect(self, trainer, module) -> None:
         writer = tensorboard_writer(trainer)
-        if writer is None:
+        if writer is None or not self.has_attention(module):
             return
         self._prepare(trainer, module)
         step = trainer.global_step

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.model import GPT, GPTConfig
+from tinylm.model import GPT
+from tinylm.rnn import RNNLanguageModel, build_model
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
@@ -112,20 +113,19 @@ def read_checkpoint(path: str | Path) -> dict:
 
 @dataclass
 class LoadedModel:
-    model: GPT  # in eval mode, on the CPU
+    model: GPT | RNNLanguageModel  # in eval mode, on the CPU
     tokenizer: Tokenizer
     path: Path
     global_step: int | None
 
 
 def load_model(path: str | Path) -> LoadedModel:
-    """Rebuild the GPT and its tokenizer from a checkpoint file alone."""
+    """Rebuild the model (GPT, LSTM or GRU) and its tokenizer from a checkpoint file alone."""
     checkpoint = read_checkpoint(path)
     try:
-        config = GPTConfig(**checkpoint["model_config"])
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-        model = GPT(config)
-        # Lightning prefixes the GPT's weights with the LitGPT attribute name, "model."
+        model = build_model(checkpoint["model_config"])
+        # Lightning prefixes the model's weights with the LitGPT attribute name, "model."
         weights = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
         model.load_state_dict(weights)
     except (TypeError, ValueError, KeyError, RuntimeError) as e:

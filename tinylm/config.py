@@ -9,8 +9,8 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.model import config_problems
-from tinylm.tokenizer import TOKENIZERS
+from tinylm.rnn import model_config_problems
+from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 
 
 def _positive_int(value) -> bool:
@@ -20,7 +20,7 @@ def _positive_int(value) -> bool:
 def config_errors(cfg: DictConfig) -> list[str]:
     """Every problem with a training config, each one line naming the key and the fix."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    problems = config_problems({**model, "vocab_size": 1})
+    problems = model_config_problems({**model, "vocab_size": 1})
     data = cfg.data
     for key in ("batch_size", "val_batches", "repeat"):
         if not _positive_int(data[key]):
@@ -29,6 +29,11 @@ def config_errors(cfg: DictConfig) -> list[str]:
         problems.append(f"data.val_fraction={data.val_fraction!r} must be in (0, 1)")
     if data.tokenizer not in TOKENIZERS:
         problems.append(f"data.tokenizer={data.tokenizer!r}: choose one of {', '.join(TOKENIZERS)}")
+    if data.tokenizer == "bpe" and not (_positive_int(data.bpe_vocab_size) and data.bpe_vocab_size >= MIN_BPE_VOCAB):
+        problems.append(
+            f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
+            "(BPE starts from the 256 byte values), e.g. 512"
+        )
     optim = cfg.optim
     if not isinstance(optim.lr, int | float) or optim.lr <= 0:
         problems.append(f"optim.lr={optim.lr!r} must be a positive number")

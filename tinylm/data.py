@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tinylm.errors import TinyLMError
-from tinylm.tokenizer import CharTokenizer, Tokenizer, build_tokenizer
+from tinylm.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer
 
 DEFAULT_CORPUS = "attention_zh.txt"
 
@@ -85,6 +85,8 @@ def encode_array(tokenizer: Tokenizer, text: str) -> torch.Tensor:
         ids = np.searchsorted(vocab, codepoints)
         if not np.array_equal(vocab[np.minimum(ids, len(vocab) - 1)], codepoints):
             raise ValueError("text has characters outside the vocabulary")
+    elif isinstance(tokenizer, BPETokenizer):
+        ids = np.array(tokenizer.encode(text), dtype=np.int32)  # merging runs in Rust
     else:
         ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     return torch.from_numpy(ids.astype(np.int32))
@@ -129,10 +131,11 @@ class TextDataModule(L.LightningDataModule):
         seed: int = 1337,
         url: str | None = None,
         sha256: str | None = None,
+        bpe_vocab_size: int = 512,
     ):
         super().__init__()
         self.path = Path(path) if path else default_corpus_path()
-        self.tokenizer_kind = tokenizer
+        self.tokenizer_kind, self.bpe_vocab_size = tokenizer, bpe_vocab_size
         self.block_size, self.batch_size = block_size, batch_size
         self.val_fraction, self.val_batches = val_fraction, val_batches
         self.repeat, self.encoding, self.errors = repeat, encoding, errors
@@ -147,13 +150,18 @@ class TextDataModule(L.LightningDataModule):
             download(self.url, self.path, self.sha256)
         text = read_text(self.path, self.encoding, self.errors) * self.repeat
         self.num_chars = len(text)
-        self.tokenizer = build_tokenizer(self.tokenizer_kind, text)
-        ids = encode_array(self.tokenizer, text)
-        n_val = int(len(ids) * self.val_fraction)
-        self.train_ids, self.val_ids = ids[: len(ids) - n_val], ids[len(ids) - n_val :]
-        # characters per token of the validation text, to report bits per character
-        val_text_chars = len(text) - int(len(text) * (1 - self.val_fraction))
-        self.val_chars_per_token = max(val_text_chars, 1) / max(len(self.val_ids), 1)
+        # Split the text (not the ids) so the validation text's exact character count is known.
+        n_val_chars = int(len(text) * self.val_fraction)
+        train_text, val_text = text[: len(text) - n_val_chars], text[len(text) - n_val_chars :]
+        # BPE merges are learned like weights, from the training text only; the character
+        # vocabulary must also cover the validation text, so it is read from the whole text.
+        source = train_text if self.tokenizer_kind == "bpe" else text
+        self.tokenizer = build_tokenizer(self.tokenizer_kind, source, self.bpe_vocab_size)
+        self.train_ids = encode_array(self.tokenizer, train_text)
+        self.val_ids = encode_array(self.tokenizer, val_text)
+        # Bits per character = validation bits / validation characters
+        #                    = (loss per token / ln 2) / (characters per token), for every tokenizer.
+        self.val_chars_per_token = max(len(val_text), 1) / max(len(self.val_ids), 1)
         self._check_lengths()
         generator = torch.Generator().manual_seed(self.seed)
         count = self.val_batches * self.batch_size

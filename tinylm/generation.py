@@ -1,4 +1,4 @@
-"""Sampling text from a GPT. This module holds the project's one sampling loop.
+"""Sampling text from a GPT (or the LSTM/GRU baseline). This module holds the project's one sampling loop.
 
 Layers, each built on the one below, so ``generate.py``, training callbacks and tests all share
 the same code:
@@ -6,7 +6,7 @@ the same code:
 - ``sample_next(logits, ...)``: pick the next ids from one step's logits (temperature, top-k,
   top-p).
 - ``stream_tokens(model, idx, ...)``: THE loop. Yields the new ids (B,) one step at a time, with
-  or without a KV cache.
+  or without a cache (a GPT's KV cache, an RNN's hidden state).
 - ``generate(model, idx, ...)``: collects the stream into (B, T + n), optionally stopping at ids.
 - ``encode_prompt`` / ``stream_text``: the text side for one sample: prompt -> ids, and decoded
   pieces ready to print as they arrive, stopping after a given string.
@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
 from tinylm.model import GPT, KVCache
+from tinylm.rnn import RNNLanguageModel, RNNState
 from tinylm.tokenizer import Tokenizer
 
 UNKNOWN_POLICIES = ("error", "skip")
@@ -130,22 +131,36 @@ def inference_mode(model: GPT):
             model.train()
 
 
-def _next_logits(model: GPT, seq: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-    """Logits (B, V) for the token after ``seq`` (B, L), seeing at most block_size tokens.
+def context_window(model: GPT | RNNLanguageModel) -> int | None:
+    """How many of the last tokens the model reads: block_size for a GPT, all of them (None) for an RNN."""
+    return None if isinstance(model, RNNLanguageModel) else model.config.block_size
 
-    The reference (no cache): crop to the last block_size tokens and encode them all.
+
+def new_cache(model: GPT | RNNLanguageModel, batch_size: int, device, dtype) -> KVCache | RNNState:
+    """What carries the past from step to step: a KV cache for a GPT, the hidden state for an RNN."""
+    if isinstance(model, RNNLanguageModel):
+        return RNNState()
+    return KVCache(model.config, batch_size, device=device, dtype=dtype)
+
+
+def _next_logits(model: GPT | RNNLanguageModel, seq: torch.Tensor, cache: KVCache | RNNState | None) -> torch.Tensor:
+    """Logits (B, V) for the token after ``seq`` (B, L), seeing at most ``context_window`` tokens.
+
+    The reference (no cache): crop to the last block_size tokens (a GPT) and encode them all.
     With a cache, while the text fits in the block, the cache holds seq[:, :cache.length] and only
     the new tokens are encoded: the prompt at the first step, one token after that.
-    Past block_size the window slides. Positions are absolute (learned or sinusoidal), so every
-    kept token moves to a new position and its cached keys/values go stale. From then on each
-    step re-encodes the last block_size tokens exactly like the reference. Past block_size the
-    cache gives no speed-up, and the output stays exactly the same as without it.
+    Past block_size a GPT's window slides. Every kept token moves to a new position and its cached
+    keys/values go stale (with rope too, see ``KVCache``). From then on each step re-encodes the
+    last block_size tokens exactly like the reference. Past block_size the cache gives no speed-up,
+    and the output stays exactly the same as without it.
+    An RNN has no window: its reference reads the whole text, and its hidden state (the cache)
+    never goes stale, so with the cache it reads one new token per step however long the text.
     """
-    block = model.config.block_size
-    if cache is not None and seq.size(1) <= block:
+    window = context_window(model)
+    if cache is not None and (window is None or seq.size(1) <= window):
         logits, _ = model(seq[:, cache.length :], cache=cache, last_only=True)
     else:
-        logits, _ = model(seq[:, -block:], last_only=True)
+        logits, _ = model(seq if window is None else seq[:, -window:], last_only=True)
     return logits[:, -1]  # (B, V)
 
 
@@ -173,8 +188,7 @@ def stream_tokens(
     seq[:, :T] = idx
     cache = None
     if use_cache:
-        dtype = next(model.parameters()).dtype
-        cache = KVCache(model.config, B, device=idx.device, dtype=dtype)
+        cache = new_cache(model, B, idx.device, next(model.parameters()).dtype)
 
     def steps():
         for length in range(T, T + max_new_tokens):

@@ -8,6 +8,9 @@ V = vocabulary size.
       -> num_layers x [ x + attn(ln1(x)),  x + ffwd(ln2(x)) ]
       -> final LayerNorm -> lm_head -> logits (B, T, V)
 
+With rotary positions (``pos_encoding="rope"``) nothing is added to the token embedding: inside
+every attention layer the queries and keys are rotated by their position instead.
+
 The module knows nothing about Lightning; ``tinylm.module`` wraps it for training.
 """
 
@@ -21,7 +24,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-POS_ENCODINGS = ("learned", "sinusoidal")
+POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ATTN_IMPLS = ("sdpa", "explicit")
 
 
@@ -33,7 +36,7 @@ class GPTConfig:
     num_heads: int = 4
     num_layers: int = 4
     dropout: float = 0.1
-    pos_encoding: str = "learned"  # "learned" table or fixed "sinusoidal" (no parameters)
+    pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope" (no parameters)
     attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, returns weights)
 
     def __post_init__(self):
@@ -46,13 +49,22 @@ class GPTConfig:
         return self.n_embd // self.num_heads
 
 
-def config_problems(cfg: dict) -> list[str]:
-    """Everything wrong with a model configuration, each as 'what is wrong: how to fix it'."""
+def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
+    """Sizes (``keys``) that are not positive integers, and a dropout outside [0, 1)."""
     problems = []
-    for key in ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers"):
+    for key in keys:
         value = cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             problems.append(f"model.{key}={value!r} must be a positive integer")
+    dropout = cfg.get("dropout")
+    if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
+    return problems
+
+
+def config_problems(cfg: dict) -> list[str]:
+    """Everything wrong with a model configuration, each as 'what is wrong: how to fix it'."""
+    problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers"))
     n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
     if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
         divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
@@ -61,9 +73,6 @@ def config_problems(cfg: dict) -> list[str]:
             f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: use "
             f"model.num_heads={nearest} or a multiple of {heads} for n_embd (e.g. {heads * -(-n_embd // heads)})"
         )
-    dropout = cfg.get("dropout")
-    if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
     if cfg.get("pos_encoding") not in POS_ENCODINGS:
         problems.append(
             f"model.pos_encoding={cfg.get('pos_encoding')!r}: choose one of {', '.join(POS_ENCODINGS)}"
@@ -75,6 +84,12 @@ def config_problems(cfg: dict) -> list[str]:
     sinusoidal = cfg.get("pos_encoding") == "sinusoidal"
     if sinusoidal and isinstance(n_embd, int) and n_embd % 2:
         problems.append(f"model.n_embd={n_embd} must be even for sinusoidal positions")
+    rope = cfg.get("pos_encoding") == "rope"
+    if rope and isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and (n_embd // heads) % 2:
+        problems.append(
+            f"head size model.n_embd/model.num_heads={n_embd // heads} must be even for rope positions "
+            "(it rotates pairs of channels): change model.n_embd or model.num_heads"
+        )
     return problems
 
 
@@ -125,6 +140,31 @@ class SinusoidalPositions(nn.Module):
         return self.table[pos]
 
 
+class RotaryPositions(nn.Module):
+    """Rotary position embedding (RoPE, Su et al. 2021) for queries or keys, no parameters.
+
+    Channel i of a head and channel i + hs/2 form a pair, rotated by the angle pos * theta_i with
+    theta_i = 10000^(-2i/hs). A query at position m and a key at position n, rotated by their own
+    angles, have the dot product of the unrotated pair turned by (m - n) * theta_i: attention
+    scores depend on how far apart two tokens are, not on where they stand. (Pairing i with i+1
+    instead is the same method up to a fixed reordering of channels; halves are cheaper to slice.)
+    """
+
+    def __init__(self, block_size: int, head_size: int):
+        super().__init__()
+        theta = torch.exp(torch.arange(0, head_size, 2, dtype=torch.float32) * (-math.log(10000.0) / head_size))
+        angles = torch.arange(block_size, dtype=torch.float32).unsqueeze(1) * theta  # (block, hs/2)
+        self.register_buffer("cos", angles.cos(), persistent=False)  # (block, hs/2)
+        self.register_buffer("sin", angles.sin(), persistent=False)  # (block, hs/2)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Rotate x (B, h, T, hs) whose first position is ``start``."""
+        T = x.size(-2)
+        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)  # (T, hs/2)
+        first, second = x.chunk(2, dim=-1)  # (B, h, T, hs/2) each: the two members of every pair
+        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (B, h, T, hs)
+
+
 # --------------------------------------------------------------------------------------------
 # KV cache: keys and values of past positions, one pair of buffers per layer.
 
@@ -134,7 +174,9 @@ class KVCache:
 
     Positions are absolute, so the cache only holds the first block_size positions of a text:
     once a text outgrows the block, every kept token moves to a new position, the stored keys and
-    values go stale, and the window must be encoded afresh (``tinylm.generation`` does).
+    values go stale, and the window must be encoded afresh (``tinylm.generation`` does). That
+    holds for rope too: only scores of the first layer's own keys are shift-invariant; the keys and
+    values of later layers were computed from tokens that have left the window.
     """
 
     def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
@@ -197,20 +239,28 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.n_embd, config.n_embd)
         self.attn_dropout = Dropout(config.dropout)
         self.resid_dropout = Dropout(config.dropout)
+        self.rotary = RotaryPositions(config.block_size, config.head_size) if config.pos_encoding == "rope" else None
         mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask, persistent=False)  # (block, block), True = visible
 
-    def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
+    def query_key_value(self, x: torch.Tensor, start: int = 0):
+        """x (B, T, C) at positions start .. start+T-1 -> q, k, v (B, h, T, hs), rope applied."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
         q = q.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
         k = k.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
         v = v.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
+        if self.rotary is not None:  # keys are stored in the cache already rotated
+            q, k = self.rotary(q, start), self.rotary(k, start)
         _trace("q", q), _trace("k", k), _trace("v", v)
+        return q, k, v
 
-        start = 0
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
+        B, T, C = x.shape
+        start = cache.length if cache is not None else 0
+        q, k, v = self.query_key_value(x, start)
+
         if cache is not None:  # append this step's keys/values, attend over everything stored
-            start = cache.length
             cache.keys[layer][:B, :, start : start + T] = k
             cache.values[layer][:B, :, start : start + T] = v
             k = cache.keys[layer][:B, :, : start + T]  # (B, h, start+T, hs)
@@ -285,15 +335,34 @@ class Block(nn.Module):
 # The model
 
 
-class GPT(nn.Module):
+class ParameterCount:
+    """``num_params`` and a printable table, from the model's ``parameter_table()`` rows.
+
+    Shared by every architecture (``tinylm.rnn`` too), so training prints them all alike.
+    """
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def format_parameter_table(self) -> str:
+        rows = self.parameter_table()
+        width = max(len(name) for name, _ in rows)
+        lines = [f"{name:<{width}}  {count:>10,}" for name, count in rows]
+        lines.append(f"{'total':<{width}}  {self.num_params():>10,}")
+        return "\n".join(lines)
+
+
+class GPT(ParameterCount, nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
         if config.pos_encoding == "learned":
             self.position_embedding = nn.Embedding(config.block_size, config.n_embd)
-        else:
+        elif config.pos_encoding == "sinusoidal":
             self.position_embedding = SinusoidalPositions(config.block_size, config.n_embd)
+        else:  # rope: positions enter inside attention
+            self.position_embedding = None
         self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.n_embd)
@@ -328,9 +397,11 @@ class GPT(nn.Module):
         _trace("ids", idx)
         tok = self.token_embedding(idx)  # (B, T, C)
         _trace("token embedding", tok)
-        pos = self.position_embedding(torch.arange(start, start + T, device=idx.device))  # (T, C)
-        _trace("position embedding", pos)
-        x = self.drop(tok + pos)  # (B, T, C), positions broadcast over the batch
+        if self.position_embedding is not None:
+            pos = self.position_embedding(torch.arange(start, start + T, device=idx.device))  # (T, C)
+            _trace("position embedding", pos)
+            tok = tok + pos  # (B, T, C), positions broadcast over the batch
+        x = self.drop(tok)  # (B, T, C)
         _trace("token + position", x)
 
         attention = []
@@ -358,19 +429,9 @@ class GPT(nn.Module):
             return logits, loss, attention
         return logits, loss
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
     def parameter_table(self) -> list[tuple[str, int]]:
         """(part, parameter count) rows: embeddings, each block, final LayerNorm, lm_head."""
         parts = [("token_embedding", self.token_embedding), ("position_embedding", self.position_embedding)]
         parts += [(f"blocks.{i}", block) for i, block in enumerate(self.blocks)]
         parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
-        return [(name, sum(p.numel() for p in m.parameters())) for name, m in parts]
-
-    def format_parameter_table(self) -> str:
-        rows = self.parameter_table()
-        width = max(len(name) for name, _ in rows)
-        lines = [f"{name:<{width}}  {count:>10,}" for name, count in rows]
-        lines.append(f"{'total':<{width}}  {self.num_params():>10,}")
-        return "\n".join(lines)
+        return [(name, sum(p.numel() for p in m.parameters()) if m is not None else 0) for name, m in parts]

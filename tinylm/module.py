@@ -1,4 +1,7 @@
-"""The LightningModule: loss, optimizer, schedule and logging around the plain ``GPT`` model.
+"""The LightningModule: loss, optimizer, schedule and logging around the plain model.
+
+The model is a ``GPT``, or the LSTM/GRU baseline of ``tinylm.rnn`` when the model config says
+``arch: lstm`` or ``arch: gru``: both take ids and targets and return logits and the loss.
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key) and the weights, so ``torch.load(path, weights_only=True)`` reads them
@@ -14,7 +17,7 @@ import lightning as L
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.model import GPT, GPTConfig
+from tinylm.rnn import build_model
 
 LN2 = math.log(2)
 
@@ -42,15 +45,15 @@ class LitGPT(L.LightningModule):
         min_lr_ratio: float = 0.1,
         chars_per_token: float = 1.0,
     ):
-        """``model``: GPTConfig fields; ``tokenizer``: its plain-data state.
+        """``model``: GPTConfig fields (or RNNConfig's, with ``arch``); ``tokenizer``: its plain-data state.
 
         ``decay_steps`` > 0 turns on warmup + cosine decay (reaching the floor at that step);
         0 keeps the learning rate constant, as the reference run does.
         """
         super().__init__()
         self.save_hyperparameters()
-        self.config = GPTConfig(**model)
-        self.model = GPT(self.config)
+        self.model = build_model(model)
+        self.config = self.model.config
         self.tokenizer_state = tokenizer
         self.chars_per_token = chars_per_token
         self.start_step = 0

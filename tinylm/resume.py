@@ -26,8 +26,9 @@ from tinylm.errors import TinyLMError
 
 log = logging.getLogger(__name__)
 
-# the model settings a checkpoint's weights depend on (dropout and attn_impl may change on resume)
-SHAPE_KEYS = ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding")
+# the model settings a checkpoint's weights depend on (dropout and attn_impl may change on resume);
+# a key an architecture lacks reads as None on both sides
+SHAPE_KEYS = ("arch", "vocab_size", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding", "hidden_size")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

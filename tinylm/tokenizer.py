@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
 
 class CharTokenizer:
     """One id per distinct character of the training text (sorted, so the mapping is stable)."""
@@ -74,16 +77,93 @@ class ByteTokenizer:
         return {"kind": self.kind}
 
 
-Tokenizer = CharTokenizer | ByteTokenizer
-TOKENIZERS = ("char", "byte")
+def byte_symbols() -> list[str]:
+    """The printable character that stands for each byte value (0..255) in byte-level BPE.
+
+    Byte-level BPE (the ``tokenizers`` ByteLevel pre-tokenizer, as in GPT-2) spells every token as
+    a string of printable characters, one per byte: a byte that is a printable Latin-1 character
+    stands for itself; each of the other 68 (controls, space, DEL, NBSP, soft hyphen) takes the
+    next character from U+0100 on, in byte order. Reading the vocabulary back through this table
+    gives each token's exact bytes.
+    """
+    printable = {*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)}
+    symbols, stand_ins = [], 0
+    for byte in range(256):
+        if byte in printable:
+            symbols.append(chr(byte))
+        else:
+            symbols.append(chr(0x100 + stand_ins))
+            stand_ins += 1
+    return symbols
 
 
-def build_tokenizer(kind: str, text: str) -> Tokenizer:
+class BPETokenizer:
+    """Byte-level BPE trained on the training text with Hugging Face ``tokenizers``.
+
+    Starts from the 256 byte values (so, like ``ByteTokenizer``, any text can be encoded and
+    nothing is unknown) and learns merges of frequent neighbours until ``vocab_size`` symbols:
+    common English words or Chinese characters become one token. The trained tokenizer is kept
+    as its JSON string, plain data for the checkpoint. Decoding goes through each token's bytes,
+    so a token boundary inside a UTF-8 character is handled exactly like the byte tokenizer does.
+    """
+
+    kind = "bpe"
+
+    def __init__(self, json: str):
+        self.json = json
+        self.backend = HFTokenizer.from_str(json)
+        byte_of = {symbol: byte for byte, symbol in enumerate(byte_symbols())}
+        vocab = self.backend.get_vocab()  # token string -> id, ids 0 .. V-1
+        self.pieces = [b""] * len(vocab)
+        for token, i in vocab.items():
+            self.pieces[i] = bytes(byte_of[symbol] for symbol in token)
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int) -> BPETokenizer:
+        """Learn merges from ``text`` until ``vocab_size`` symbols (fewer if the text runs out)."""
+        backend = HFTokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # words, then bytes
+        backend.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        )
+        backend.train_from_iterator([text], trainer=trainer)
+        return cls(backend.to_str())
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def unknown(self, text: str) -> list[str]:
+        return []
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+    def decode_piece(self, ids: Iterable[int]) -> str:
+        # as ByteTokenizer: an incomplete UTF-8 tail is dropped until its last byte arrives
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="ignore")
+
+    def state(self) -> dict:
+        return {"kind": self.kind, "json": self.json}
+
+
+Tokenizer = CharTokenizer | ByteTokenizer | BPETokenizer
+TOKENIZERS = ("char", "byte", "bpe")
+MIN_BPE_VOCAB = 256  # the byte alphabet BPE starts from
+
+
+def build_tokenizer(kind: str, text: str, bpe_vocab_size: int = 512) -> Tokenizer:
     """Build the tokenizer named by ``data.tokenizer`` for a training text."""
     if kind == "char":
         return CharTokenizer.from_text(text)
     if kind == "byte":
         return ByteTokenizer()
+    if kind == "bpe":
+        return BPETokenizer.train(text, bpe_vocab_size)
     raise ValueError(f"unknown tokenizer {kind!r}: choose one of {', '.join(TOKENIZERS)}")
 
 
@@ -94,4 +174,6 @@ def tokenizer_from_state(state: dict) -> Tokenizer:
         return CharTokenizer(state["itos"])
     if kind == "byte":
         return ByteTokenizer()
+    if kind == "bpe":
+        return BPETokenizer(state["json"])
     raise ValueError(f"unknown tokenizer kind {kind!r} in checkpoint")

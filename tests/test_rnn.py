@@ -1,0 +1,165 @@
+"""The LSTM/GRU baseline (model=lstm): parameter budget, the shared sampling loop, train.py and generate.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, TINY_TEXT, compose, run_train
+from omegaconf import OmegaConf
+
+from tinylm.checkpoint import load_model
+from tinylm.config import config_errors
+from tinylm.errors import TinyLMError
+from tinylm.generation import generate
+from tinylm.model import GPT
+from tinylm.resume import check_resume
+from tinylm.rnn import RNNConfig, RNNLanguageModel, RNNState, build_model, model_config_problems
+
+
+def lstm_config(tmp_path, *overrides):
+    cfg = compose("model=lstm", *overrides, output_dir=tmp_path)
+    return {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": 73}
+
+
+def test_default_lstm_has_the_reference_budget(tmp_path):
+    lstm = build_model(lstm_config(tmp_path))
+    gru = build_model(lstm_config(tmp_path, "model.arch=gru"))
+    assert isinstance(lstm, RNNLanguageModel) and lstm.config.arch == "lstm"
+    # embedding 73x64; LSTM layers 4x(128x(64+128) + 2x128) and 4x(128x(128+128) + 2x128); head 128x73+73
+    assert dict(lstm.parameter_table()) == {"token_embedding": 4_672, "lstm.0": 99_328, "lstm.1": 132_096,
+                                            "lm_head": 9_417}
+    assert lstm.num_params() == 245_513 and "245,513" in lstm.format_parameter_table()
+    assert gru.num_params() == 187_657  # 3 gates instead of 4
+    assert 180_000 < gru.num_params() < lstm.num_params() <= 250_000  # the GPT reference: 210,761
+
+
+def test_forward_shapes_initial_loss_and_causality():
+    torch.manual_seed(0)
+    model = RNNLanguageModel(RNNConfig(vocab_size=73)).eval()
+    idx = torch.randint(73, (3, 32))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (3, 32, 73)
+    assert loss.item() == pytest.approx(math.log(73), abs=0.05)  # small output init: uniform predictions
+    changed = idx.clone()
+    changed[:, 20:] = (changed[:, 20:] + 1) % 73
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0][:, :20], model(changed)[0][:, :20])
+    last, none = model(idx, idx, last_only=True)
+    assert last.shape == (3, 1, 73) and none is None
+
+
+def tiny_rnn(arch: str) -> RNNLanguageModel:
+    torch.manual_seed(1)
+    model = RNNLanguageModel(RNNConfig(vocab_size=11, arch=arch, block_size=8, n_embd=8, hidden_size=16,
+                                       num_layers=2)).eval()
+    with torch.no_grad():  # larger weights than the init, so greedy text varies
+        for p in model.parameters():
+            p.normal_(0.0, 0.8)
+    return model
+
+
+@pytest.mark.parametrize("arch", ["lstm", "gru"])
+def test_hidden_state_cache_matches_rereading_the_whole_text(arch):
+    model = tiny_rnn(arch)
+    prompt = torch.randint(11, (3, 5), generator=torch.Generator().manual_seed(2))
+    read = []
+    hook = model.token_embedding.register_forward_hook(lambda m, args, out: read.append(tuple(args[0].shape)))
+    cached = generate(model, prompt, 30, temperature=0, use_cache=True)
+    assert read == [(3, 5)] + [(3, 1)] * 29  # one new token per step, long past block_size 8
+    read.clear()
+    reference = generate(model, prompt, 30, temperature=0, use_cache=False)
+    hook.remove()
+    assert read == [(3, n) for n in range(5, 35)]  # no window: the reference reads every token
+    assert torch.equal(cached, reference)
+    assert len(cached[:, 5:].unique()) >= 4
+    sampled = [generate(model, prompt, 20, generator=torch.Generator().manual_seed(5), use_cache=c)
+               for c in (True, False)]
+    assert torch.equal(*sampled)
+
+
+def test_rnn_state_counts_positions():
+    model = tiny_rnn("lstm")
+    state = RNNState()
+    with torch.no_grad():
+        model(torch.zeros(2, 4, dtype=torch.long), cache=state)
+        model(torch.zeros(2, 1, dtype=torch.long), cache=state)
+    assert state.length == 5 and len(state.hidden) == 2  # LSTM: (h, c)
+    assert state.hidden[0].shape == (2, 2, 16)  # (layers, B, H)
+    state.reset()
+    assert state.length == 0 and state.hidden is None
+
+
+def test_architecture_choice_and_config_errors(tmp_path):
+    assert isinstance(build_model({"vocab_size": 5, "n_embd": 8, "num_heads": 2}), GPT)  # no arch: GPT
+    assert isinstance(build_model({"arch": "gpt", "vocab_size": 5, "n_embd": 8, "num_heads": 2}), GPT)
+    assert model_config_problems({"arch": "rnn"}) == [
+        "model.arch='rnn': choose one of gpt, lstm, gru (model=gpt or model=lstm)"]
+    with pytest.raises(ValueError, match="model.arch='transformer'"):
+        build_model({"arch": "transformer", "vocab_size": 5})
+    cfg = compose("model=lstm", "model.hidden_size=0", "model.dropout=1.5", output_dir=tmp_path)
+    assert config_errors(cfg) == ["model.hidden_size=0 must be a positive integer",
+                                  "model.dropout=1.5 must be in [0, 1)"]
+
+
+# --------------------------------------------------------------------------------------------
+# train.py and generate.py
+
+
+@pytest.fixture(scope="module")
+def lstm_run(tmp_path_factory):
+    """model=lstm trained 30 steps by train.py with the default callbacks (attention maps included)."""
+    tmp = tmp_path_factory.mktemp("lstm")
+    text = tmp / "tiny.txt"
+    text.write_text(TINY_TEXT, encoding="utf-8")
+    run = tmp / "run"
+    proc = run_train(run, "model=lstm", "model.n_embd=16", "model.hidden_size=32", "model.num_layers=1",
+                     "model.block_size=16", "data.batch_size=8", "data.val_batches=2", f"data.path={text}",
+                     "data.repeat=30", "optim.lr=0.01", "trainer.max_steps=30", "trainer.val_check_interval=15",
+                     "trainer.enable_progress_bar=false", "callbacks.attention_maps.every_n_steps=10",
+                     "callbacks.sample_text.every_n_steps=15", "callbacks.sample_text.max_new_tokens=8")
+    return run, proc
+
+
+def test_lstm_trains_with_the_same_module_and_callbacks(lstm_run):
+    run, proc = lstm_run
+    metrics = json.loads((run / "metrics.json").read_text())
+    vocab = len(set(TINY_TEXT))
+    # embedding 37x16, one LSTM layer 4x(32x(16+32) + 2x32), head 32x37+37
+    assert metrics["steps"] == 30 and metrics["num_params"] == 37 * 16 + 6_400 + 37 * 33 == 8_213
+    assert metrics["val_loss"] < math.log(vocab) - 1.0  # learned, from ln V = 3.83 at the start
+    assert metrics["val_bpc"] == pytest.approx(metrics["val_loss"] / math.log(2))  # char tokenizer
+    assert "lstm.0" in proc.stdout and "8,213" in proc.stdout  # the parameter table
+    log = proc.stdout + proc.stderr
+    assert log.count("AttentionMaps: the lstm model has no attention to draw") == 1
+    assert "failed" not in log  # every other callback ran (samples, probes, projector)
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_generate_py_samples_from_an_lstm_checkpoint(lstm_run, tmp_path):
+    run, _ = lstm_run
+    loaded = load_model(run / "checkpoints" / "last.ckpt")  # torch.load(weights_only=True) inside
+    assert isinstance(loaded.model, RNNLanguageModel) and loaded.model.config.arch == "lstm"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "generate.py"), f"run_dir={run}", "prompt=自注意力", "max_new_tokens=60",
+         "temperature=0"], capture_output=True, text=True, encoding="utf-8", timeout=120, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    sample = proc.stdout.rstrip("\n")
+    assert sample.startswith("自注意力") and len(sample) == 4 + 60  # 60 > block_size 16: no window limit
+    assert set(sample) <= set(TINY_TEXT) and "8,213 parameters" in proc.stderr
+
+
+def test_resume_refuses_a_different_architecture(lstm_run):
+    run, _ = lstm_run
+    ckpt = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    check_resume(ckpt, saved["model_config"], saved["tokenizer"])  # same model: fine
+    gpt = {"vocab_size": saved["model_config"]["vocab_size"], "block_size": 16, "n_embd": 16, "num_heads": 2,
+           "num_layers": 1, "pos_encoding": "learned"}
+    with pytest.raises(TinyLMError, match=r"arch='lstm' \(config: None\)"):
+        check_resume(ckpt, gpt, saved["tokenizer"])

@@ -1,0 +1,138 @@
+"""A recurrent (LSTM or GRU) character language model: the baseline the Transformer is measured against.
+
+Shapes: B = batch, T = sequence length, E = n_embd, H = hidden_size, V = vocabulary size.
+
+    ids (B, T) -> token embedding (B, T, E) -> num_layers x LSTM/GRU -> (B, T, H)
+      -> lm_head -> logits (B, T, V)
+
+It has the GPT's interface (``forward(idx, targets, cache, last_only)``, ``config.block_size``,
+``token_embedding``, ``num_params``, ``parameter_table``), so the same LightningModule, data,
+callbacks and sampling loop drive it. Training reads windows of ``block_size`` tokens, each
+starting from a zero hidden state. Generation is not limited to a window: the hidden state carries
+the whole past, and ``RNNState`` plays the part of the KV cache.
+
+The model config's ``arch`` key (``gpt`` when absent, ``lstm`` or ``gru``) picks the architecture;
+``build_model`` and ``model_config_problems`` below are the one place that maps it to a class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from tinylm.model import GPT, Dropout, GPTConfig, ParameterCount, config_problems, size_problems
+
+RNN_ARCHS = ("lstm", "gru")
+ARCHS = ("gpt", *RNN_ARCHS)
+
+
+@dataclass
+class RNNConfig:
+    vocab_size: int
+    arch: str = "lstm"  # "lstm" or "gru"
+    block_size: int = 32  # training window (backpropagation through time); generation is unlimited
+    n_embd: int = 64  # E: token embedding width, the first layer's input
+    hidden_size: int = 128  # H: hidden (and, for the LSTM, cell) state width of every layer
+    num_layers: int = 2
+    dropout: float = 0.1  # on the embeddings, between layers and before lm_head
+
+    def __post_init__(self):
+        problems = rnn_config_problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def rnn_config_problems(cfg: dict) -> list[str]:
+    """Everything wrong with an RNN configuration, each as 'what is wrong: how to fix it'."""
+    problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "hidden_size", "num_layers"))
+    if cfg.get("arch") not in RNN_ARCHS:
+        problems.append(f"model.arch={cfg.get('arch')!r}: choose one of {', '.join(RNN_ARCHS)}")
+    return problems
+
+
+class RNNState:
+    """The hidden state carried from one generation step to the next: the RNN's "cache".
+
+    Unlike a KV cache it has a fixed size and never goes stale, so a text of any length is
+    continued one new token per step.
+    """
+
+    def __init__(self):
+        self.hidden: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None  # None = zeros
+        self.length = 0  # number of positions read
+
+    def reset(self) -> None:
+        self.hidden, self.length = None, 0
+
+
+class RNNLanguageModel(ParameterCount, nn.Module):
+    def __init__(self, config: RNNConfig):
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
+        self.drop = Dropout(config.dropout)
+        recurrent = nn.LSTM if config.arch == "lstm" else nn.GRU
+        self.rnn = recurrent(
+            config.n_embd, config.hidden_size, config.num_layers, batch_first=True,
+            dropout=config.dropout if config.num_layers > 1 else 0.0,  # between layers only
+        )
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        # Small output weights, zero bias: the initial loss is close to ln(V), as for the GPT.
+        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.lm_head.bias)
+
+    def forward(self, idx, targets=None, cache: RNNState | None = None, last_only=False):
+        """idx (B, T) -> (logits (B, T, V), loss or None); see ``GPT.forward``.
+
+        ``cache``: start from its hidden state and leave the new one in it; ``idx`` holds only the
+        positions not read yet.
+        """
+        B, T = idx.shape
+        x = self.drop(self.token_embedding(idx))  # (B, T, E)
+        out, hidden = self.rnn(x, cache.hidden if cache is not None else None)  # (B, T, H)
+        if cache is not None:
+            cache.hidden, cache.length = hidden, cache.length + T
+        if last_only:
+            out = out[:, -1:]  # (B, 1, H)
+        logits = self.lm_head(self.drop(out))  # (B, T, V)
+        loss = None
+        if targets is not None and not last_only:
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V) vs (B*T,)
+        return logits, loss
+
+    def parameter_table(self) -> list[tuple[str, int]]:
+        """(part, parameter count) rows: embedding, each recurrent layer, lm_head."""
+        rows = [("token_embedding", self.token_embedding.weight.numel())]
+        for layer in range(self.config.num_layers):  # PyTorch names a layer's tensors *_l<layer>
+            count = sum(p.numel() for name, p in self.rnn.named_parameters() if name.endswith(f"_l{layer}"))
+            rows.append((f"{self.config.arch}.{layer}", count))
+        rows.append(("lm_head", sum(p.numel() for p in self.lm_head.parameters())))
+        return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing the architecture from the model config's ``arch``
+
+
+def model_config_problems(cfg: dict) -> list[str]:
+    """Everything wrong with a model config of any architecture (``arch`` absent means gpt)."""
+    arch = cfg.get("arch", "gpt")
+    if arch == "gpt":
+        return config_problems(cfg)
+    if arch in RNN_ARCHS:
+        return rnn_config_problems(cfg)
+    return [f"model.arch={arch!r}: choose one of {', '.join(ARCHS)} (model=gpt or model=lstm)"]
+
+
+def build_model(config: dict) -> GPT | RNNLanguageModel:
+    """The model a config describes: ``GPT`` (no ``arch`` key, or gpt), or an LSTM/GRU."""
+    config = dict(config)
+    arch = config.pop("arch", "gpt")
+    if arch in RNN_ARCHS:
+        return RNNLanguageModel(RNNConfig(arch=arch, **config))
+    if arch != "gpt":
+        raise ValueError(f"model.arch={arch!r}: choose one of {', '.join(ARCHS)}")
+    return GPT(GPTConfig(**config))
