@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,11 +190,14 @@ def plot(jobs: list[Job], swept: list[str], title: str) -> Figure | None:
     ax.set_xscale("log")
     ax.margins(x=0.1, y=0.1)
     middle = math.sqrt(min(params) * max(params))  # the middle of the log axis
-    for job, x, y in zip(done, params, losses, strict=True):
+    same_size_below = Counter()  # jobs of one size (e.g. only the heads differ) get stacked labels
+    for job, x, y in sorted(zip(done, params, losses, strict=True), key=lambda point: point[2]):
         right_half = x > middle  # label towards the middle, so labels stay inside the axes
-        label = ax.annotate(point_label(job, swept), (x, y), xytext=(-5 if right_half else 5, 4),
-                            textcoords="offset points", ha="right" if right_half else "left", fontsize=7)
+        offset = (-5 if right_half else 5, 4 + 9 * same_size_below[x])  # points
+        label = ax.annotate(point_label(job, swept), (x, y), xytext=offset, textcoords="offset points",
+                            ha="right" if right_half else "left", fontsize=7)
         label.set_in_layout(False)  # a long label must not squeeze the axes
+        same_size_below[x] += 1
     best = min(done, key=lambda j: j.val_loss)
     ax.scatter([best.metrics["num_params"]], [best.val_loss], s=120, facecolors="none", edgecolors="tab:red",
                zorder=3, label=f"best: job {best.name} ({best.val_loss:.4f})")

@@ -1,0 +1,246 @@
+"""Sweeps and scale-out: a multirun with a bad job, its summary, Optuna, DDP on 2 CPU processes,
+and the accelerator / cluster configs that cannot run here but must compose."""
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose, run_train
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tinylm.model import GPT, GPTConfig
+from tinylm.sweep_report import main as report_main
+from tinylm.training import build_datamodule
+
+# tiny jobs: one torch thread each (a tiny model gains nothing from more, and extra threads spin
+# on a busy machine), checkpoints but no visualisation callbacks
+TINY = [*TINY_MODEL, "threads=1", "callbacks=minimal", "data.repeat=30"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def metrics_of(job):
+    return json.loads((job / "metrics.json").read_text())
+
+
+def read_csv(path):
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory):
+    """A 2x2 grid, n_embd 24/32 x num_heads 2/3: 32 with 3 heads is impossible."""
+    root = tmp_path_factory.mktemp("grid")
+    (root / "tiny.txt").write_text(TINY_TEXT, encoding="utf-8")
+    sweep = root / "sweep"
+    proc = run_train(root / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY, f"data.path={root / 'tiny.txt'}",
+                     "trainer.max_steps=4", "trainer.val_check_interval=4", "model.n_embd=24,32",
+                     "model.num_heads=2,3")
+    return sweep, proc
+
+
+def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep):
+    sweep, proc = grid_sweep
+    jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
+    assert sorted(jobs) == ["0", "1", "2", "3"]  # Hydra's order: n_embd outer, num_heads inner
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1  # one line, for the one bad job
+    assert errors[0].startswith(f"error: job 3 ({jobs['3']}): invalid config: model.n_embd=32 is not divisible by "
+                                "model.num_heads=3")
+    assert "Traceback" not in proc.stderr
+    assert (jobs["3"] / "error.txt").read_text().startswith("invalid config: model.n_embd=32 is not divisible")
+    assert not (jobs["3"] / "checkpoints").exists() and not (jobs["3"] / "metrics.json").exists()
+
+    done = {name: metrics_of(jobs[name]) for name in ("0", "1", "2")}
+    assert all(m["steps"] == 4 and math.isfinite(m["val_loss"]) and m["tokens_per_second"] > 0 for m in done.values())
+    # heads split the width, they add no weights: 24 wide costs the same with 2 or 3 heads
+    assert done["0"]["num_params"] == done["1"]["num_params"] < done["2"]["num_params"]
+    # TensorBoard's HParams view gets the same final numbers
+    for name, metrics in done.items():
+        events = EventAccumulator(str(jobs[name] / "tensorboard"))
+        events.Reload()
+        assert events.Scalars("hp/val_loss")[-1].value == pytest.approx(metrics["val_loss"])
+
+
+def test_sweep_report_tables_and_plots_the_grid(grid_sweep, capsys):
+    sweep, _ = grid_sweep
+    assert report_main([str(sweep)]) == 0
+    printed = capsys.readouterr().out
+
+    rows = read_csv(sweep / "summary.csv")
+    assert [r["job"] for r in rows][-1] == "3"  # the failed job last
+    losses = [float(r["val_loss"]) for r in rows[:3]]
+    assert losses == sorted(losses)
+    for row in rows[:3]:
+        assert float(row["val_loss"]) == pytest.approx(metrics_of(sweep / row["job"])["val_loss"])
+        assert row["status"] == "ok"
+    assert [r["rank"] for r in rows] == ["1", "2", "3", "4"]
+    assert {k for k in rows[0] if k.startswith("model.")} == {"model.n_embd", "model.num_heads"}  # only swept keys
+    assert (rows[3]["model.n_embd"], rows[3]["model.num_heads"], rows[3]["status"]) == ("32", "3", "error")
+    assert rows[3]["error"].startswith("invalid config: model.n_embd=32 is not divisible")
+
+    markdown = (sweep / "summary.md").read_text(encoding="utf-8")
+    assert markdown in printed
+    table = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 4  # header, rule, one line per job
+    assert "`trainer.max_steps=4`" in markdown  # shared settings listed once, above the table
+    best = rows[0]
+    assert table[2].split("|")[2].strip() == best["job"] and f"{float(best['val_loss']):.4f}" in table[2]
+
+    png = (sweep / "val_loss_vs_params.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def write_job(sweep, name, overrides, metrics=None, error=None):
+    job = sweep / name
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(overrides))
+    if metrics is not None:
+        (job / "metrics.json").write_text(json.dumps(metrics))
+    if error is not None:
+        (job / "error.txt").write_text(error + "\n")
+
+
+def test_sweep_report_ranks_unfinished_and_failed_jobs_last(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    base = {"num_params": 1000, "val_bpc": 1.0, "tokens_per_second": 1.0, "wall_seconds": 1.0, "steps": 5}
+    write_job(sweep, "0", ["optim.lr=0.1", "seed=1"], {**base, "val_loss": float("nan")})
+    write_job(sweep, "1", ["optim.lr=0.01", "seed=1"], {**base, "val_loss": 2.5, "interrupted": True})
+    write_job(sweep, "2", ["optim.lr=0.001", "seed=1"], error="bad | value: fix it")
+    write_job(sweep, "3", ["optim.lr=0.0001", "seed=1"])  # still running: no metrics yet
+    write_job(sweep, "10", ["optim.lr=0.00123456789", "seed=1"], {**base, "val_loss": 1.5, "num_params": 10_000})
+    (sweep / "val_loss_vs_params.png").write_bytes(b"stale")
+    assert report_main([str(sweep)]) == 0
+    rows = read_csv(sweep / "summary.csv")
+    assert [(r["job"], r["status"]) for r in rows] == [
+        ("10", "ok"), ("1", "interrupted"), ("0", "ok"), ("2", "error"), ("3", "no metrics (running, or crashed)")]
+    assert [k for k in rows[0] if k not in ("rank", "job")][0] == "optim.lr"  # seed is shared, not a column
+    markdown = (sweep / "summary.md").read_text()
+    assert "bad \\| value: fix it" in markdown  # a | in an error cannot break the table
+    assert "| 0.001235 " in markdown and "0.00123456789" not in markdown  # long decimals shortened
+    assert "Settings shared by every job: `seed=1`" in markdown
+    assert (sweep / "val_loss_vs_params.png").read_bytes().startswith(PNG_MAGIC)  # redrawn
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_sweep_report_bad_folder_is_one_error_line(tmp_path, capsys, kind):
+    folder = tmp_path / "sweep"
+    if kind == "empty":
+        folder.mkdir()
+    assert report_main([str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert ("sweep folder not found" if kind == "missing" else "no job folders in") in err
+
+
+@pytest.mark.slow
+def test_optuna_search_runs_trials_and_keeps_the_best(tmp_path, tiny_text_file):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "sweep"
+    tiny = [o for o in TINY if not o.startswith("model.n_embd=")]  # a fixed value would leave the search space
+    run_train(tmp_path / "unused", "hparams_search=optuna", f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=3",
+              *tiny, f"data.path={tiny_text_file}", "trainer.max_steps=4", "trainer.val_check_interval=4",
+              "model.n_embd=choice(16,32)", "model.num_layers=1")
+    trials = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in trials] == ["0", "1", "2"]
+    losses = [metrics_of(p)["val_loss"] for p in trials]
+    result = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert result.best_value == pytest.approx(min(losses))
+    for trial in trials:  # each trial's settings come from the search space
+        chosen = dict(item.split("=", 1) for item in OmegaConf.load(trial / ".hydra" / "overrides.yaml"))
+        assert 1e-4 <= float(chosen["optim.lr"]) <= 1e-2
+        assert 0.0 <= float(chosen["model.dropout"]) <= 0.3
+        assert chosen["model.n_embd"] in ("16", "32") and chosen["model.num_layers"] == "1"
+        assert metrics_of(trial)["num_params"] == (4741 if chosen["model.n_embd"] == "16" else 15589)
+    assert set(result.best_params) == {"optim.lr", "model.n_embd", "model.dropout"}
+
+
+def val_loss_of(run):
+    """Mean loss of ``run``'s last.ckpt over the whole validation set, in this one process."""
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare()
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    model = GPT(GPTConfig(**ckpt["model_config"]))
+    model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()})
+    model.eval()
+    with torch.no_grad():
+        losses = [model(x, y)[1] for x, y in datamodule.val_dataloader()]
+    return torch.stack(losses).mean().item(), len(losses)
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_shares_one_run_folder(tmp_path, tiny_text_file):
+    logs = tmp_path / "logs"
+    run = tmp_path / "run"
+    proc = run_train(run, "trainer=ddp_sim", *TINY, f"data.path={tiny_text_file}", "data.val_batches=3",
+                     "trainer.max_steps=6", "trainer.val_check_interval=3", f"paths.log_dir={logs}")
+    assert "Starting with 2 processes" in proc.stdout + proc.stderr
+    assert (run / "train_ddp_process_1.log").exists()  # rank 1 ran, in rank 0's folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tiny.txt"]  # no second run folder
+    assert not list(tmp_path.rglob(".pl_ddp_hydra_*"))
+    assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+
+    metrics = metrics_of(run)
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert metrics["steps"] == ckpt["global_step"] == 6
+    # every rank validated the whole validation set (no DistributedSampler share): rank 0's val
+    # loss is the loss of the saved weights on all 3 validation batches
+    loss, batches = val_loss_of(run)
+    assert batches == 3
+    assert metrics["val_loss"] == pytest.approx(loss, rel=1e-5)
+
+
+def test_ddp_inside_a_local_sweep_is_refused_per_job(tmp_path, tiny_text_file):
+    sweep = tmp_path / "sweep"
+    proc = run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", "trainer=ddp_sim", *TINY,
+                     f"data.path={tiny_text_file}", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                     "model.n_embd=16,32")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all("multi-process DDP cannot run inside a local sweep (-m)" in e for e in errors)
+    assert "Initializing distributed" not in proc.stdout + proc.stderr  # no rank was started
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    assert not list(sweep.rglob("metrics.json"))
+
+
+def compose_with_hydra(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+@pytest.mark.parametrize("trainer", ["cpu", "gpu", "ddp", "ddp_sim"])
+def test_trainer_configs_compose_with_every_experiment(tmp_path, trainer):
+    for experiment in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
+        cfg = compose(f"trainer={trainer}", f"experiment={experiment}", output_dir=tmp_path)
+        plain = compose(f"experiment={experiment}", output_dir=tmp_path)
+        assert cfg.model == plain.model and cfg.data == plain.data and cfg.optim == plain.optim
+        assert cfg.trainer.max_steps == plain.trainer.max_steps
+    expected = {"cpu": ("cpu", "32-true"), "gpu": ("gpu", "bf16-mixed"), "ddp": ("auto", "32-true"),
+                "ddp_sim": ("cpu", "32-true")}[trainer]
+    assert (cfg.trainer.accelerator, cfg.trainer.precision) == expected
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_trainer_runs_in_bf16(tmp_path, tiny_text_file):
+    run = tmp_path / "run"
+    run_train(run, "trainer=gpu", *TINY, f"data.path={tiny_text_file}", "trainer.max_steps=4",
+              "trainer.val_check_interval=4")
+    assert math.isfinite(metrics_of(run)["val_loss"])
+
+
+def test_slurm_launcher_config_composes_for_ddp(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    cfg = compose_with_hydra("hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2",
+                             "hydra.launcher.partition=gpu", f"paths.log_dir={tmp_path}")
+    launcher = instantiate(cfg.hydra.launcher)  # builds the launcher only: submits nothing
+    params = launcher.params
+    assert type(launcher).__name__ == "SlurmLauncher"
+    assert (params["tasks_per_node"], params["nodes"], params["partition"]) == (4, 2, "gpu")  # one task per rank
+    assert params["timeout_min"] == 120 and params["array_parallelism"] == 16
+    assert params["submitit_folder"].startswith(f"{tmp_path}/multirun/")
