@@ -4,6 +4,7 @@ and the accelerator / cluster configs that cannot run here but must compose."""
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -179,10 +180,14 @@ def val_loss_of(run):
 def test_ddp_on_two_cpu_processes_shares_one_run_folder(tmp_path, tiny_text_file):
     logs = tmp_path / "logs"
     run = tmp_path / "run"
-    proc = run_train(run, "trainer=ddp_sim", *TINY, f"data.path={tiny_text_file}", "data.val_batches=3",
-                     "trainer.max_steps=6", "trainer.val_check_interval=3", f"paths.log_dir={logs}")
+    proc = run_train(run, "trainer=ddp_sim", *TINY, "callbacks=default", f"data.path={tiny_text_file}",
+                     "data.val_batches=3", "trainer.max_steps=6", "trainer.val_check_interval=3",
+                     f"paths.log_dir={logs}")
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
     assert (run / "train_ddp_process_1.log").exists()  # rank 1 ran, in rank 0's folder
+    # TensorBoard files (scalars, attention maps, samples) all come from one process: rank 0
+    events = (run / "tensorboard").glob("events.out.tfevents.*")
+    assert len({re.search(r"\.(\d+)\.\d+$", p.name).group(1) for p in events}) == 1  # <time>.<host>.<pid>.<n>
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tiny.txt"]  # no second run folder
     assert not list(tmp_path.rglob(".pl_ddp_hydra_*"))
     assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
