@@ -3,6 +3,9 @@
     python bench/bench_train.py                      # everything (about 3-4 minutes on 2 cores)
     python bench/bench_train.py --skip-train-py      # without timing the default `python train.py`
     python bench/bench_train.py --nanogpt ~/nanoGPT  # also time nanoGPT's train.py, same config
+    python bench/bench_train.py --quality --shakespeare ../shared/data/tinyshakespeare.txt
+                                                     # loss curves vs the explicit reference path, and
+                                                     # the nanoGPT CPU recipe on Tiny Shakespeare
 
 For the reference configuration (B=32, T=32, n_embd 64, 4 heads, 4 layers, dropout 0.1) and a larger
 one (B=32, T=128, n_embd 256, 8 heads, 6 layers) it prints ms/step, tokens/s and MFU: the model's
@@ -31,6 +34,7 @@ from bench_generate import measure as measure_generation
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from tinylm.data import TextDataModule
+from tinylm.model import Dropout
 from tinylm.module import LitGPT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,6 +205,66 @@ def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
     return {"bench": "nanogpt train.py", "wall_seconds": round(wall, 1), "peak_rss_mib": round(rss), "steps": 1000}
 
 
+class ValLosses(L.Callback):
+    """Every validation loss of a run, in order."""
+
+    def __init__(self):
+        self.losses = []
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        self.losses.append(float(trainer.callback_metrics["val/loss"]))
+
+
+def val_curve(seed: int, reference: bool, steps: int = 1000) -> list[float]:
+    """Val loss every 100 steps of the default run; ``reference`` = explicit attention + nn.Dropout."""
+    cfg = CONFIGS["reference"]
+    L.seed_everything(seed, verbose=False)
+    datamodule = make_datamodule(cfg)
+    module = make_module(cfg, datamodule)
+    if reference:
+        module.model.apply(_to_reference)
+    curve = ValLosses()
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, max_steps=steps, val_check_interval=100, check_val_every_n_epoch=None,
+        num_sanity_val_steps=0, logger=False, callbacks=[curve], enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=datamodule)
+    return curve.losses
+
+
+def _to_reference(module: torch.nn.Module) -> None:
+    """The plain textbook path: PyTorch's own dropout, attention weights computed explicitly."""
+    for name, child in module.named_children():
+        if isinstance(child, Dropout):
+            setattr(module, name, torch.nn.Dropout(child.p))
+    if hasattr(module, "impl"):
+        module.impl = "explicit"
+
+
+def bench_quality() -> dict:
+    """Same config and steps: our fast path vs the explicit reference, against seed-to-seed noise."""
+    ours, ours_other_seed, reference = val_curve(1, False), val_curve(2, False), val_curve(1, True)
+    return {
+        "bench": "quality", "steps": 1000, "final_val_loss_ours": round(ours[-1], 4),
+        "final_val_loss_reference": round(reference[-1], 4),
+        "final_val_loss_ours_other_seed": round(ours_other_seed[-1], 4),
+        "max_curve_gap_vs_reference": round(max(abs(a - b) for a, b in zip(ours, reference, strict=True)), 4),
+        "max_curve_gap_between_seeds": round(max(abs(a - b) for a, b in zip(ours, ours_other_seed, strict=True)), 4),
+    }
+
+
+def bench_shakespeare(text: Path, run_dir: str) -> dict:
+    """The nanoGPT CPU recipe (experiment=shakespeare_char) on a local Tiny Shakespeare copy."""
+    wall, rss = time_command(
+        [sys.executable, "train.py", "experiment=shakespeare_char", f"data.path={text}",
+         "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}"], ROOT
+    )
+    metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
+    return {"bench": "shakespeare_char", "wall_seconds": round(wall, 1), "peak_rss_mib": round(rss),
+            "steps": metrics["steps"], "val_loss": round(metrics["val_loss"], 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="timed steps per run")
@@ -208,6 +272,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--skip-train-py", action="store_true", help="do not time `python train.py`")
     parser.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout to time side by side")
+    parser.add_argument("--quality", action="store_true",
+                        help="also compare 1000-step val loss curves with the explicit reference path")
+    parser.add_argument("--shakespeare", type=Path, help="tinyshakespeare.txt: also run experiment=shakespeare_char")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "results.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -242,6 +309,16 @@ def main() -> None:
             results.append(bench_nanogpt(args.nanogpt.expanduser().resolve(), Path(tmp) / "nanogpt"))
             r = results[-1]
             print(f"nanoGPT train.py: {r['wall_seconds']} s for 1000 steps, peak RSS {r['peak_rss_mib']} MiB")
+        if args.shakespeare:
+            results.append(bench_shakespeare(args.shakespeare.expanduser().resolve(), str(Path(tmp) / "shakespeare")))
+            r = results[-1]
+            print(f"shakespeare_char: val loss {r['val_loss']} after {r['steps']} steps in {r['wall_seconds']} s")
+    if args.quality:
+        results.append(bench_quality())
+        r = results[-1]
+        print(f"quality: final val loss {r['final_val_loss_ours']} (ours) vs {r['final_val_loss_reference']} "
+              f"(explicit reference); largest gap {r['max_curve_gap_vs_reference']} vs "
+              f"{r['max_curve_gap_between_seeds']} between two seeds of ours")
 
     generation = measure_generation(repeats=3)
     results += generation

@@ -78,8 +78,8 @@ class LitGPT(L.LightningModule):
         x, y = batch
         _, loss = self.model(x, y)
         self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
-        self.log("val/loss", loss, prog_bar=True)
-        self.log("val/bpc", loss / LN2 / self.chars_per_token)
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("val/bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
 
     def configure_optimizers(self):
         hp = self.hparams
