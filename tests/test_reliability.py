@@ -96,6 +96,7 @@ def test_cli_errors_exit_nonzero_without_traceback(tmp_path, override, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_invalid_utf8_can_be_read_with_errors_replace(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("café au lait, ".encode("latin-1") * 40)
@@ -103,6 +104,7 @@ def test_invalid_utf8_can_be_read_with_errors_replace(tmp_path):
     run_train(tmp_path / "run2", *FAST, f"data.path={path}", "data.encoding=latin-1")
 
 
+@pytest.mark.slow
 def test_huge_single_line_file_trains(tmp_path):
     path = tmp_path / "oneline.txt"
     path.write_text(("自注意力可以让序列看到前面的位置 attention " * 200_000), encoding="utf-8")  # ~5 M chars
@@ -110,6 +112,7 @@ def test_huge_single_line_file_trains(tmp_path):
     run_train(tmp_path / "run", *FAST, f"data.path={path}")
 
 
+@pytest.mark.slow
 def test_divergence_stops_with_a_clear_message_and_keeps_the_good_checkpoint(tmp_path, tiny_text_file):
     run = tmp_path / "run"
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
@@ -127,6 +130,7 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_good_checkpoint(tmp
     assert kept["global_step"] > 4 or all(torch.equal(good[k], kept["state_dict"][k]) for k in good)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_bit_identical_runs(tmp_path, tiny_text_file):
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
               "trainer.max_steps=12", "trainer.val_check_interval=6"]
@@ -178,6 +182,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_text_fil
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_last_checkpoint_and_resume_last_continues(tmp_path, tiny_text_file):
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "trainer.val_check_interval=100000",
               f"paths.log_dir={tmp_path}"]

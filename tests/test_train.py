@@ -35,6 +35,7 @@ def test_train_writes_a_complete_run_folder(tmp_path, tiny_text_file):
     assert ckpt["model_config"]["n_embd"] == 16
 
 
+@pytest.mark.slow
 def test_resume_continues_the_step_count(tmp_path, tiny_text_file):
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30",
               "trainer.val_check_interval=10"]
