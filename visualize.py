@@ -20,6 +20,7 @@ from generate import quote_text_overrides
 from tinylm import plotting
 from tinylm.checkpoint import find_checkpoint, load_model
 from tinylm.errors import TinyLMError
+from tinylm.rnn import RNNLanguageModel
 from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -64,6 +65,9 @@ def run(cfg: DictConfig) -> list[Path]:
         cfg.paths.log_dir,
     )
     loaded = load_model(path)
+    if isinstance(loaded.model, RNNLanguageModel):
+        raise TinyLMError(f"checkpoint {path} holds an {loaded.model.config.arch} model, which has no attention "
+                          "to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
     ids = encode_text(loaded.tokenizer, str(cfg.text), loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
                else path.parent / f"{path.stem}-attention")

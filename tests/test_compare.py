@@ -73,6 +73,9 @@ def test_finished_runs_are_reused_and_other_settings_refused(tmp_path):
     fake_run(run, ["model.pos_encoding=rope", "trainer.max_steps=20"], {"val_loss": 2.0}, {})
     assert compare.finished(run, ["model.pos_encoding=rope", "trainer.max_steps=20"])
     assert not compare.finished(tmp_path / "positions" / "learned", [])
+    (tmp_path / "positions" / "sinusoidal").mkdir()
+    with pytest.raises(TinyLMError, match="is not a run folder"):
+        compare.finished(tmp_path / "positions" / "sinusoidal", [])
     with pytest.raises(TinyLMError, match=r"holds a run with other settings .*--rerun"):
         compare.finished(run, ["model.pos_encoding=rope", "trainer.max_steps=500"])
 

@@ -163,3 +163,12 @@ def test_resume_refuses_a_different_architecture(lstm_run):
            "num_layers": 1, "pos_encoding": "learned"}
     with pytest.raises(TinyLMError, match=r"arch='lstm' \(config: None\)"):
         check_resume(ckpt, gpt, saved["tokenizer"])
+
+
+def test_visualize_py_refuses_an_lstm_with_one_line(lstm_run, tmp_path):
+    run, _ = lstm_run
+    proc = subprocess.run([sys.executable, str(ROOT / "visualize.py"), f"run_dir={run}"], capture_output=True,
+                          text=True, encoding="utf-8", timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: checkpoint ")
+    assert "holds an lstm model, which has no attention to draw" in proc.stderr and "Traceback" not in proc.stderr

@@ -100,12 +100,15 @@ def saved_overrides(run_dir: Path) -> list[str] | None:
 def finished(run_dir: Path, overrides: list[str]) -> bool:
     """True when ``run_dir`` holds a completed run with exactly these overrides.
 
-    A folder with a run of other settings is refused rather than silently mixed into the report.
+    A folder with a run of other settings, or that is no run folder, is refused rather than
+    silently mixed into the report (or deleted).
     """
     if not run_dir.exists():
         return False
     saved = saved_overrides(run_dir)
-    if saved is not None and saved != overrides:
+    if saved is None:
+        raise TinyLMError(f"{run_dir} is not a run folder (no .hydra/overrides.yaml): move it, or use another --out")
+    if saved != overrides:
         raise TinyLMError(
             f"{run_dir} holds a run with other settings ({' '.join(saved)}): "
             "pass --rerun to replace it, or another --out"
@@ -297,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     except TinyLMError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: run the same command again to continue (finished runs are kept)", file=sys.stderr)
+        return 130
     print(report.read_text(encoding="utf-8"))
     print(f"wrote {report}")
     if failures:
