@@ -80,6 +80,22 @@ def test_finished_runs_are_reused_and_other_settings_refused(tmp_path):
         compare.finished(run, ["model.pos_encoding=rope", "trainer.max_steps=500"])
 
 
+def test_the_reference_run_is_shared_between_comparisons(tmp_path):
+    learned = tmp_path / "positions" / "learned"
+    overrides = ["model.pos_encoding=learned", "trainer.max_steps=20"]
+    fake_run(learned, overrides, {"val_loss": 2.0}, {"val/loss": [2.5, 2.0]})
+    OmegaConf.save(OmegaConf.create(compare.training_config(overrides)), learned / ".hydra" / "config.yaml")
+    # the tokenizer comparison's reference: the same config, spelled differently
+    char = ["data.tokenizer=char", "trainer.max_steps=20"]
+    assert compare.same_run_elsewhere(tmp_path, compare.training_config(char)) == learned
+    assert compare.same_run_elsewhere(tmp_path, compare.training_config(["data.tokenizer=byte",
+                                                                         "trainer.max_steps=20"])) is None
+    assert compare.same_run_elsewhere(tmp_path, compare.training_config(["trainer.max_steps=30"])) is None
+    compare.copy_run(learned, tmp_path / "tokenizers" / "char", char)
+    assert compare.finished(tmp_path / "tokenizers" / "char", char)  # reused as its own from now on
+    assert compare.scalar_curve(tmp_path / "tokenizers" / "char", "val/loss") == ([10, 20], [2.5, 2.0])
+
+
 def test_max_chars_trains_on_the_first_characters(tmp_path):
     source = tmp_path / "book.txt"
     source.write_text("红楼梦" * 100, encoding="utf-8")
@@ -95,6 +111,7 @@ def test_max_chars_trains_on_the_first_characters(tmp_path):
     (["positions", "--steps", "0"], "--steps and --max-chars must be positive integers"),
     (["rnn", "--data", "MISSING"], "no such file"),
     (["tricks", "--max-chars", "5"], "--max-chars needs --data"),
+    (["positions", "model.n_emb=16"], "the train.py overrides do not fit the config (Could not override 'model.n_emb'"),
 ])
 def test_bad_arguments_are_one_error_line(tmp_path, capsys, args, message):
     args = [a.replace("MISSING", str(tmp_path / "missing.txt")) for a in args]
@@ -151,7 +168,9 @@ def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path):
     for names in variants.values():
         for variant in names:
             assert re.search(rf"^\| {variant} +\|.*\| ok +\|$", report, re.MULTILINE), variant
-    assert proc.stdout.count(": training (") == 13
+    assert proc.stdout.count(": training (") == 10  # the reference run is trained once, copied 3 times
+    assert proc.stdout.count("the same training config as positions/learned, copied") == 3
+    assert metrics["char"] == metrics["gpt"] == metrics["constant_lr"] == metrics["learned"]
 
     # run again: everything is read, nothing trained, and the report is the same
     started = time.perf_counter()

@@ -14,7 +14,10 @@ folder: metrics.json, TensorBoard events, checkpoints, so ``generate.py run_dir=
 
 A variant whose folder already holds a finished run with the same settings is read, not run
 again, so an interrupted comparison continues where it stopped and a finished one only rebuilds
-the report. Then ``<out>/REPORT.md`` gets one table per comparison (a row per variant, built by
+the report. Every comparison includes the reference run (learned, char, gpt, constant_lr are one
+and the same training config): once trained, it is copied into the other comparisons' folders.
+
+Then ``<out>/REPORT.md`` gets one table per comparison (a row per variant, built by
 ``tinylm.sweep_report`` from each run's metrics.json) and ``<out>/<comparison>/curves.png`` the
 validation curves of its variants on one chart, read from the TensorBoard event files.
 """
@@ -30,6 +33,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
@@ -117,6 +122,37 @@ def finished(run_dir: Path, overrides: list[str]) -> bool:
     return metrics.exists() and not json.loads(metrics.read_text()).get("interrupted")
 
 
+def without_paths(config: dict) -> dict:
+    return {key: value for key, value in config.items() if key != "paths"}  # where a run is, not what
+
+
+def training_config(overrides: list[str]) -> dict:
+    """The train config these overrides compose to, as a run saves it (.hydra/config.yaml)."""
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return without_paths(OmegaConf.to_container(compose("train", overrides=overrides)))
+    except HydraException as e:
+        reason = " ".join(str(e).split())
+        raise TinyLMError(f"the train.py overrides do not fit the config ({reason}): check their names") from None
+
+
+def same_run_elsewhere(out: Path, config: dict) -> Path | None:
+    """A finished run in any comparison folder under ``out`` trained with exactly ``config``."""
+    for candidate in sorted(out.glob("*/*/.hydra/config.yaml")):
+        run_dir = candidate.parent.parent
+        done = (run_dir / "metrics.json").exists() and not json.loads((run_dir / "metrics.json").read_text()).get(
+            "interrupted")
+        if done and without_paths(OmegaConf.to_container(OmegaConf.load(candidate))) == config:
+            return run_dir
+    return None
+
+
+def copy_run(source: Path, run_dir: Path, overrides: list[str]) -> None:
+    """Reuse ``source`` (same config) as ``run_dir``, recording the overrides this variant asked for."""
+    shutil.copytree(source, run_dir)
+    OmegaConf.save(OmegaConf.create(overrides), run_dir / ".hydra" / "overrides.yaml")
+
+
 def train(run_dir: Path, overrides: list[str]) -> str | None:
     """Run ``train.py`` into ``run_dir``; None on success, else its error line."""
     cmd = [sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run_dir}", *overrides]
@@ -141,6 +177,11 @@ def run_comparison(name: str, comparison: Comparison, out: Path, common: list[st
             continue
         if run_dir.exists():  # an unfinished run of the same settings: start it afresh, no mixed logs
             shutil.rmtree(run_dir)
+        twin = same_run_elsewhere(out, training_config(overrides))
+        if twin is not None:
+            copy_run(twin, run_dir, overrides)
+            print(f"{name}/{variant}: the same training config as {twin.parent.name}/{twin.name}, copied", flush=True)
+            continue
         print(f"{name}/{variant}: training ({' '.join(own) or 'reference settings'})", flush=True)
         error = train(run_dir, overrides)
         if error:
