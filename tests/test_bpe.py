@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, run_train
+from conftest import ROOT, TINY_MODEL, compose, run_train
 from tokenizers import pre_tokenizers
 
 from tinylm.checkpoint import load_model, read_checkpoint
+from tinylm.config import validate
 from tinylm.data import TextDataModule, encode_array
+from tinylm.errors import TinyLMError
 from tinylm.model import GPT, GPTConfig
 from tinylm.tokenizer import BPETokenizer, build_tokenizer, byte_symbols, tokenizer_from_state
 
@@ -145,9 +149,6 @@ def test_bpe_checkpoint_alone_restores_the_tokenizer(tmp_path):
     expected = BPETokenizer.train(TRAINING_TEXT[: len(TRAINING_TEXT) - int(len(TRAINING_TEXT) * 0.1)], 320)
     assert loaded.tokenizer.encode(TRAINING_TEXT) == expected.encode(TRAINING_TEXT)
 
-    import subprocess
-    import sys
-
     out = subprocess.run(
         [sys.executable, str(ROOT / "generate.py"), f"ckpt_path={ckpt}", "prompt=注意力 Speak", "max_new_tokens=12",
          "seed=1"], capture_output=True, text=True, encoding="utf-8", timeout=120, cwd=tmp_path,
@@ -158,11 +159,10 @@ def test_bpe_checkpoint_alone_restores_the_tokenizer(tmp_path):
 
 
 def test_bad_bpe_vocab_size_is_one_error_line(tmp_path):
-    proc = run_train(tmp_path / "run", *TINY_MODEL, "data.tokenizer=bpe", "data.bpe_vocab_size=100",
-                     "logger=none", check=False)
-    assert proc.returncode != 0
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "data.bpe_vocab_size=100 must be an integer >= 256" in errors[0]
+    with pytest.raises(TinyLMError) as info:
+        validate(compose("data.tokenizer=bpe", "data.bpe_vocab_size=100", output_dir=tmp_path))
+    assert "data.bpe_vocab_size=100 must be an integer >= 256" in str(info.value) and "\n" not in str(info.value)
+    validate(compose("data.tokenizer=char", "data.bpe_vocab_size=100", output_dir=tmp_path))  # unused: fine
 
 
 def test_build_tokenizer_knows_bpe():
