@@ -175,8 +175,8 @@ class KVCache:
     Positions are absolute, so the cache only holds the first block_size positions of a text:
     once a text outgrows the block, every kept token moves to a new position, the stored keys and
     values go stale, and the window must be encoded afresh (``tinylm.generation`` does). That
-    holds for rope too: only scores of the first layer's own keys are shift-invariant; the keys and
-    values of later layers were computed from tokens that have left the window.
+    holds for rope too: its scores do not change when every position shifts, but from the second
+    layer on the cached keys and values were computed from tokens that have since left the window.
     """
 
     def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
