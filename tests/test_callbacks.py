@@ -217,7 +217,9 @@ def test_callback_config_groups():
     targets = {k: v["_target_"] for k, v in default.items()}
     assert targets["attention_maps"] == "tinylm.callbacks.AttentionMaps"
     assert {"sample_text", "next_token_probes", "embedding_projector"} <= set(targets)
-    assert [k for k, v in minimal.items() if v] == ["model_checkpoint", "last_checkpoint", "learning_rate_monitor"]
+    assert [k for k, v in minimal.items() if v] == [
+        "model_checkpoint", "last_checkpoint", "learning_rate_monitor", "progress_bar"
+    ]
     assert "attention_maps" not in one_off and "sample_text" in one_off
 
 

@@ -201,7 +201,8 @@ class Dropout(nn.Module):
     PyTorch's CPU dropout draws one random float per element on a single thread, which for this
     small model costs about as much as all its matrix multiplies. Here each 64-bit random integer
     gives four 16-bit numbers, each compared with a threshold: the keep probability is 1 - p to
-    within 1/65536, for a quarter of the random draws (2-2.5x faster; bench/bench_train.py).
+    within 1/65536, for a quarter of the random draws. The comparison writes floats directly:
+    a bool mask would be converted to floats element by element on the CPU (3x slower).
     """
 
     def __init__(self, p: float):
@@ -210,13 +211,19 @@ class Dropout(nn.Module):
         self.threshold = -(2**15) + round(p * 2**16)  # int16 values >= threshold are kept
         self.scale = 1.0 / (1.0 - p)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
+    def mask(self, x: torch.Tensor) -> torch.Tensor:
+        """A random mask shaped like x: 0 (dropped, probability p) or 1 / (1 - p) (kept)."""
         n = x.numel()
         bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=x.device)
         uniform16 = bits.view(torch.int16)[:n].view(x.shape)  # uniform over [-32768, 32767]
-        return x * ((uniform16 >= self.threshold) * self.scale)
+        keep = torch.empty_like(x)
+        torch.ge(uniform16, self.threshold, out=keep)  # 1.0 = kept, 0.0 = dropped
+        return keep.mul_(self.scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        return x * self.mask(x)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -242,6 +249,9 @@ class CausalSelfAttention(nn.Module):
         self.rotary = RotaryPositions(config.block_size, config.head_size) if config.pos_encoding == "rope" else None
         mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask, persistent=False)  # (block, block), True = visible
+        # the same mask as a bias added to the scores: 0 where visible, -inf where not
+        bias = torch.zeros(config.block_size, config.block_size).masked_fill(~mask, float("-inf"))
+        self.register_buffer("causal_bias", bias, persistent=False)  # (block, block)
 
     def query_key_value(self, x: torch.Tensor, start: int = 0):
         """x (B, T, C) at positions start .. start+T-1 -> q, k, v (B, h, T, hs), rope applied."""
@@ -273,9 +283,12 @@ class CausalSelfAttention(nn.Module):
         dropout_on_cpu = self.training and self.dropout > 0 and x.device.type == "cpu"
         weights = None
         if self.impl == "explicit" or need_weights or dropout_on_cpu:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_size))  # (B, h, T, T')
+            # scores = q k^T / sqrt(hs) + causal bias, as one fused op over the B*h heads
+            bias = self.causal_bias[start : start + T, : start + T]  # (T, T'), -inf above the diagonal
+            qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
+            scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
+            scores = scores.view(B, self.num_heads, T, -1)  # (B, h, T, T')
             _trace("scores", scores)
-            scores = scores.masked_fill(~mask, float("-inf"))
             weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
             _trace("attention weights", weights)
             y = self.attn_dropout(weights) @ v  # (B, h, T, hs)

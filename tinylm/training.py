@@ -15,7 +15,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
@@ -123,6 +123,8 @@ def train(cfg: DictConfig) -> dict:
     callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
     if not loggers:  # nothing to log the learning rate to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar it may not show
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
