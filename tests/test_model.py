@@ -136,3 +136,31 @@ def test_fast_dropout_matches_nn_dropout_statistics():
     assert torch.equal(x.grad != 0, kept)  # gradient flows only through kept elements
     assert torch.equal(drop.eval()(x), x)  # identity at eval time
     assert torch.equal(Dropout(0.0).train()(x), x)
+
+
+def test_training_attention_equals_the_textbook_formula_with_the_same_masks():
+    """The fused training path (baddbmm with the causal bias, cheap dropout masks) computes
+    softmax(q k^T / sqrt(hs) masked) -> dropout -> @ v -> proj -> dropout, mask for mask."""
+    from tinylm.model import CausalSelfAttention
+
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(GPTConfig(vocab_size=73, dropout=0.2)).train()
+    x = torch.randn(3, 20, 64, requires_grad=True)
+    torch.manual_seed(1)
+    fast, _ = attn(x)
+
+    torch.manual_seed(1)  # the same random draws, in the same order
+    B, T, C = x.shape
+    q, k, v = attn.query_key_value(x)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(attn.head_size)
+    scores = scores.masked_fill(~attn.causal_mask[:T, :T], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = weights * attn.attn_dropout.mask(weights)
+    y = attn.proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+    textbook = y * attn.resid_dropout.mask(y)
+
+    assert torch.allclose(fast, textbook, atol=1e-6)
+    (grad_fast,) = torch.autograd.grad(fast.square().sum(), x)
+    (grad_textbook,) = torch.autograd.grad(textbook.square().sum(), x)
+    assert torch.allclose(grad_fast, grad_textbook, atol=1e-5)
+    assert (fast == 0).float().mean() > 0.1  # dropout did drop (p=0.2 on the output)
