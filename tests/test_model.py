@@ -164,3 +164,34 @@ def test_training_attention_equals_the_textbook_formula_with_the_same_masks():
     (grad_textbook,) = torch.autograd.grad(textbook.square().sum(), x)
     assert torch.allclose(grad_fast, grad_textbook, atol=1e-5)
     assert (fast == 0).float().mean() > 0.1  # dropout did drop (p=0.2 on the output)
+
+
+def test_compiled_model_keeps_its_parameter_names(tmp_path):
+    """model.compile=true compiles in place: checkpoints load into a compiled model or a plain one."""
+    from conftest import compose
+
+    from tinylm.data import TextDataModule
+    from tinylm.training import build_module
+
+    cfg = compose("model.compile=true", "model.num_layers=1", output_dir=tmp_path)
+    datamodule = TextDataModule(block_size=cfg.model.block_size)
+    datamodule.prepare()
+    compiled = build_module(cfg, datamodule)
+    plain = build_module(compose("model.num_layers=1", output_dir=tmp_path), datamodule)
+    assert compiled.model._compiled_call_impl is not None  # compiled on first call, not here
+    assert plain.model._compiled_call_impl is None
+    assert "compile" not in compiled.hparams.model  # not part of what the model is
+    assert compiled.state_dict().keys() == plain.state_dict().keys()
+    plain.load_state_dict(compiled.state_dict())
+
+
+def test_model_compile_must_be_a_boolean(tmp_path):
+    from conftest import compose
+
+    from tinylm.config import config_errors
+
+    assert config_errors(compose("model.compile=maybe", output_dir=tmp_path)) == [
+        "model.compile='maybe' must be true or false"
+    ]
+    assert config_errors(compose("model=lstm", "model.compile=true", output_dir=tmp_path)) == []
+

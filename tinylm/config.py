@@ -20,7 +20,10 @@ def _positive_int(value) -> bool:
 def config_errors(cfg: DictConfig) -> list[str]:
     """Every problem with a training config, each one line naming the key and the fix."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
+    compile_model = model.pop("compile", False)
     problems = model_config_problems({**model, "vocab_size": 1})
+    if not isinstance(compile_model, bool):
+        problems.append(f"model.compile={compile_model!r} must be true or false")
     data = cfg.data
     for key in ("batch_size", "val_batches", "repeat"):
         if not _positive_int(data[key]):

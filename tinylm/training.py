@@ -56,13 +56,21 @@ def build_datamodule(cfg: DictConfig) -> TextDataModule:
 def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitGPT:
     model = OmegaConf.to_container(cfg.model, resolve=True)
     model["vocab_size"] = datamodule.tokenizer.vocab_size
+    compile_model = model.pop("compile", False)  # how to run the model, not what it is
     optim = OmegaConf.to_container(cfg.optim, resolve=True)
-    return LitGPT(
+    module = LitGPT(
         model=model,
         tokenizer=datamodule.tokenizer.state(),
         chars_per_token=datamodule.val_chars_per_token,
         **optim,
     )
+    if compile_model:
+        # In place: the parameters keep their names, so checkpoints load compiled or not.
+        module.model.compile()
+        if cfg.trainer.get("accelerator") == "cpu" or not torch.cuda.is_available():
+            log.warning("model.compile=true on a CPU: the first steps compile for up to a minute, and "
+                        "small models train slower than without it (see README, Performance)")
+    return module
 
 
 def instantiate_all(group: DictConfig | None) -> list:

@@ -1,0 +1,48 @@
+"""The benchmark's own arithmetic and plumbing (its timings are never asserted: they are noisy)."""
+
+import sys
+
+import torch
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_train  # noqa: E402
+
+from tinylm.model import GPT, GPTConfig  # noqa: E402
+
+
+def test_matmul_flops_count_every_linear_and_both_attention_products():
+    cfg = {"block_size": 32, "n_embd": 64, "num_heads": 4, "num_layers": 4, "vocab_size": 73}
+    model = GPT(GPTConfig(**cfg))
+    linear_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    B, T, C, L = 32, 32, 64, 4
+    attention = L * 2 * (2 * T * T * C)  # q k^T and weights @ v, per sequence
+    forward = 2 * linear_weights * B * T + attention * B
+    assert bench_train.matmul_flops_per_step(cfg, B) == 3 * forward  # backward = 2 x forward
+
+
+def test_lightning_and_plain_paths_run_the_same_steps(tmp_path):
+    cfg = {**bench_train.CONFIGS["reference"], "num_layers": 1}
+    assert bench_train.lightning_seconds(cfg, steps=3, warmup=2, log_dir=str(tmp_path)) > 0
+    assert bench_train.plain_loop_seconds(cfg, steps=3, warmup=2) > 0
+
+
+def test_target_checks_compare_each_figure_with_its_target():
+    results = [
+        {"bench": "train", "config": "reference", "path": "lightning", "mfu": 0.31, "lightning_vs_plain": 0.94,
+         "lightning_speedup_vs_nanogpt": 1.6},
+        {"bench": "train", "config": "larger", "path": "lightning", "mfu": 0.44, "lightning_vs_plain": 1.0},
+        {"bench": "train.py", "wall_seconds": 20.0, "peak_rss_mib": 451},
+        {"bench": "nanogpt train.py", "wall_seconds": 30.0},
+    ]
+    met = {c["target"]: c["met"] for c in bench_train.target_checks(results)}
+    assert met == {
+        "reference: MFU >= 30% (Lightning step)": True,
+        "reference: Lightning within 5% of the plain loop": False,
+        "reference: step >= 1.5x as fast as nanoGPT's": True,
+        "larger: MFU >= 45% (Lightning step)": False,
+        "larger: Lightning within 5% of the plain loop": True,
+        "python train.py wall <= 2/3 of nanoGPT's train.py": True,
+        "python train.py peak RSS <= 450 MiB": False,
+    }
