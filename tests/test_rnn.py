@@ -23,7 +23,9 @@ from tinylm.rnn import RNNConfig, RNNLanguageModel, RNNState, build_model, model
 
 def lstm_config(tmp_path, *overrides):
     cfg = compose("model=lstm", *overrides, output_dir=tmp_path)
-    return {**OmegaConf.to_container(cfg.model, resolve=True), "vocab_size": 73}
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    model.pop("compile")  # how to run the model, not what it is: training.build_module drops it too
+    return {**model, "vocab_size": 73}
 
 
 def test_default_lstm_has_the_reference_budget(tmp_path):
