@@ -3,6 +3,7 @@
     python bench/bench_train.py                      # about 2 minutes on 2 cores
     python bench/bench_train.py --skip-train-py      # without timing the default `python train.py`
     python bench/bench_train.py --nanogpt ~/nanoGPT  # also nanoGPT's step and train.py (about 3 minutes)
+    python bench/bench_train.py --device cuda --bf16 # the training steps on a GPU, bf16 mixed precision
 
 For the reference configuration (B=32, T=32, n_embd 64, 4 heads, 4 layers, dropout 0.1) and a larger
 one (B=32, T=128, n_embd 256, 8 heads, 6 layers) it prints ms/step, tokens/s and MFU: the model's
@@ -47,8 +48,10 @@ CONFIGS = {
 STEP_SCALE = {"reference": 1.0, "larger": 0.15}
 
 
-def cpu_model() -> str:
-    """The processor's name (Linux: /proc/cpuinfo), for the record: MFU depends on it."""
+def processor_name(device: str = "cpu") -> str:
+    """The processor's name (a CPU's from /proc/cpuinfo on Linux), for the record: MFU depends on it."""
+    if device == "cuda":
+        return torch.cuda.get_device_name()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -58,14 +61,28 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def matmul_peak_gflops(size: int = 1024, seconds: float = 1.0) -> float:
-    """Best fp32 matmul throughput of this process (same threads as training)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def synchronize(device: str) -> None:
+    """Wait for queued GPU work, so that a timer reads the time it really took."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def autocast(device: str, bf16: bool):
+    """bf16 mixed precision around the forward pass when asked for, as Lightning's bf16-mixed does."""
+    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16)
+
+
+def matmul_peak_gflops(size: int = 1024, seconds: float = 1.0, device: str = "cpu", bf16: bool = False) -> float:
+    """Best matmul throughput of this process (same threads as training), fp32 or bf16."""
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     best, deadline = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
+        synchronize(device)
         started = time.perf_counter()
         for _ in range(4):
             a @ b
+        synchronize(device)
         best = max(best, 4 * 2 * size**3 / (time.perf_counter() - started))
     return best / 1e9
 
@@ -97,25 +114,29 @@ def make_module(cfg: dict, datamodule: TextDataModule) -> LitGPT:
 class StepTimer(L.Callback):
     """Wall time of the training steps after ``warmup`` steps."""
 
-    def __init__(self, warmup: int):
-        self.warmup, self.started, self.seconds = warmup, None, None
+    def __init__(self, warmup: int, device: str = "cpu"):
+        self.warmup, self.device, self.started, self.seconds = warmup, device, None, None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_step == self.warmup:
+            synchronize(self.device)
             self.started = time.perf_counter()
 
     def on_train_end(self, trainer, pl_module):
+        synchronize(self.device)
         self.seconds = time.perf_counter() - self.started
 
 
-def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str) -> float:
+def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str, device: str = "cpu",
+                      bf16: bool = False) -> float:
     """Seconds for ``steps`` steps of Trainer.fit, as users run it (logger on, no validation)."""
     torch.manual_seed(0)
     datamodule = make_datamodule(cfg)
     module = make_module(cfg, datamodule)
-    timer = StepTimer(warmup)
+    timer = StepTimer(warmup, device)
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_steps=warmup + steps, limit_val_batches=0,
+        accelerator="gpu" if device == "cuda" else "cpu", precision="bf16-mixed" if bf16 else "32-true",
+        devices=1, max_steps=warmup + steps, limit_val_batches=0,
         logger=TensorBoardLogger(log_dir, name="", version="", default_hp_metric=False),
         callbacks=[timer], enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, log_every_n_steps=10,
@@ -124,29 +145,34 @@ def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str) -> float
     return timer.seconds
 
 
-def plain_loop_seconds(cfg: dict, steps: int, warmup: int) -> float:
+def plain_loop_seconds(cfg: dict, steps: int, warmup: int, device: str = "cpu", bf16: bool = False) -> float:
     """Seconds for ``steps`` steps of the plainest loop over the same model, optimizer, batches."""
     torch.manual_seed(0)
     datamodule = make_datamodule(cfg)
     module = make_module(cfg, datamodule)
-    model, optimizer = module.model.train(), module.configure_optimizers()
+    model = module.model.to(device).train()
+    optimizer = module.configure_optimizers()
     batches = iter(datamodule.train_dataloader())
     for step in range(warmup + steps):
         if step == warmup:
+            synchronize(device)
             started = time.perf_counter()
-        x, y = next(batches)
-        _, loss = model(x, y)
+        x, y = (t.to(device, non_blocking=True) for t in next(batches))
+        with autocast(device, bf16):
+            _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+    synchronize(device)
     return time.perf_counter() - started
 
 
-def nanogpt_loop_seconds(nanogpt: Path, cfg: dict, steps: int, warmup: int, work: Path) -> float:
+def nanogpt_loop_seconds(nanogpt: Path, cfg: dict, steps: int, warmup: int, work: Path, device: str = "cpu",
+                         bf16: bool = False) -> float:
     """Seconds for ``steps`` steps of nanoGPT's own model and training-loop body, on our corpus.
 
     As its train.py runs on a CPU: a batch from a fresh np.memmap of uint16 ids stacked from
-    Python slices, forward, backward, gradient clipping at 1.0, its AdamW (not fused on a CPU),
+    Python slices, forward, backward, gradient clipping at 1.0, its AdamW (fused only on a GPU),
     zero_grad. Same batch size, block, widths, dropout and vocabulary as ours.
     """
     import contextlib
@@ -167,8 +193,8 @@ def nanogpt_loop_seconds(nanogpt: Path, cfg: dict, steps: int, warmup: int, work
                             n_layer=cfg["num_layers"], n_head=cfg["num_heads"], n_embd=cfg["n_embd"],
                             dropout=cfg["dropout"], bias=True)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter counts
-        model = nano.GPT(config).train()
-        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
+        model = nano.GPT(config).to(device).train()
+        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), device)
     B, T = cfg["batch_size"], cfg["block_size"]
 
     def get_batch():
@@ -176,34 +202,37 @@ def nanogpt_loop_seconds(nanogpt: Path, cfg: dict, steps: int, warmup: int, work
         ix = torch.randint(len(data) - T, (B,))
         x = torch.stack([torch.from_numpy((data[i : i + T]).astype(np.int64)) for i in ix])
         y = torch.stack([torch.from_numpy((data[i + 1 : i + 1 + T]).astype(np.int64)) for i in ix])
-        return x, y
+        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
     x, y = get_batch()
     for step in range(warmup + steps):
         if step == warmup:
+            synchronize(device)
             started = time.perf_counter()
-        _, loss = model(x, y)
+        with autocast(device, bf16):
+            _, loss = model(x, y)
         x, y = get_batch()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    synchronize(device)
     return time.perf_counter() - started
 
 
 def bench_config(name: str, cfg: dict, steps: int, repeats: int, peak: float, log_dir: str,
-                 nanogpt: Path | None = None) -> list[dict]:
+                 nanogpt: Path | None = None, device: str = "cpu", bf16: bool = False) -> list[dict]:
     datamodule = make_datamodule(cfg)
     vocab = datamodule.tokenizer.vocab_size
     flops = matmul_flops_per_step({**cfg, "vocab_size": vocab}, cfg["batch_size"])
-    steps = max(4, round(steps * STEP_SCALE[name]))
+    steps = max(4, round(steps * (STEP_SCALE[name] if device == "cpu" else 1.0)))
     warmup = max(2, steps // 6)
     paths = {
-        "lightning": lambda: lightning_seconds(cfg, steps, warmup, log_dir),
-        "plain": lambda: plain_loop_seconds(cfg, steps, warmup),
+        "lightning": lambda: lightning_seconds(cfg, steps, warmup, log_dir, device, bf16),
+        "plain": lambda: plain_loop_seconds(cfg, steps, warmup, device, bf16),
     }
     if nanogpt is not None:
-        paths["nanogpt"] = lambda: nanogpt_loop_seconds(nanogpt, cfg, steps, warmup, Path(log_dir))
+        paths["nanogpt"] = lambda: nanogpt_loop_seconds(nanogpt, cfg, steps, warmup, Path(log_dir), device, bf16)
     best = dict.fromkeys(paths, float("inf"))
     for _ in range(repeats):  # the paths take turns, so all of them see the same machine load
         for path, seconds in paths.items():
@@ -212,10 +241,11 @@ def bench_config(name: str, cfg: dict, steps: int, repeats: int, peak: float, lo
     results = []
     for path, seconds in best.items():
         results.append({
-            "bench": "train", "config": name, "path": path, **cfg, "vocab_size": vocab,
-            "threads": torch.get_num_threads(), "steps": steps,
+            "bench": "train", "config": name, "path": path, **cfg, "vocab_size": vocab, "device": device,
+            "precision": "bf16-mixed" if bf16 else "fp32", "threads": torch.get_num_threads(), "steps": steps,
             "ms_per_step": round(1000 * seconds / steps, 2), "tokens_per_second": round(tokens / seconds),
-            "gflop_per_step": round(flops / 1e9, 3), "matmul_peak_gflops": round(peak, 1), "cpu": cpu_model(),
+            "gflop_per_step": round(flops / 1e9, 3), "matmul_peak_gflops": round(peak, 1),
+            "processor": processor_name(device),
             "mfu": round(flops * steps / seconds / 1e9 / peak, 3),
             "lightning_vs_plain": round(best["plain"] / best["lightning"], 3),
         })
@@ -343,6 +373,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--skip-train-py", action="store_true", help="do not time `python train.py`")
     parser.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout to time side by side")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: time the training steps on a GPU (train.py and thread counts are CPU-only)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (Lightning's bf16-mixed)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "results.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -350,11 +383,13 @@ def main() -> None:
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        peak = matmul_peak_gflops()
-        print(f"{cpu_model()}; fp32 matmul peak: {peak:.1f} GFLOP/s with {args.threads} threads")
+        gpu = args.device == "cuda"
+        peak = matmul_peak_gflops(4096 if gpu else 1024, device=args.device, bf16=args.bf16)
+        print(f"{processor_name(args.device)}; {'bf16' if args.bf16 else 'fp32'} matmul peak: {peak:.1f} GFLOP/s"
+              f"{'' if gpu else f' with {args.threads} threads'}")
         nanogpt = args.nanogpt.expanduser().resolve() if args.nanogpt else None
         for name, cfg in CONFIGS.items():
-            results += bench_config(name, cfg, args.steps, args.repeats, peak, tmp, nanogpt)
+            results += bench_config(name, cfg, args.steps, args.repeats, peak, tmp, nanogpt, args.device, args.bf16)
         print(f"\n{'config':<10} {'path':<10} {'ms/step':>8} {'tokens/s':>9} {'MFU':>6} {'vs plain':>8} "
               f"{'vs nanoGPT':>10}")
         for r in results:
@@ -364,7 +399,7 @@ def main() -> None:
                   f"{r.get('lightning_speedup_vs_nanogpt', '') if lightning else '':>10}")
 
         # 1 vs 2 threads for the reference size (plain loop, the same batches)
-        for threads in (1, 2):
+        for threads in () if gpu else (1, 2):
             torch.set_num_threads(threads)
             seconds = plain_loop_seconds(CONFIGS["reference"], args.steps, 10)
             results.append({"bench": "threads", "config": "reference", "threads": threads,
@@ -372,12 +407,12 @@ def main() -> None:
             print(f"reference, plain loop, {threads} thread(s): {results[-1]['ms_per_step']:.1f} ms/step")
         torch.set_num_threads(args.threads)
 
-        if not args.skip_train_py:
+        if not (args.skip_train_py or gpu):
             results.append(bench_train_py(str(Path(tmp) / "run")))
             r = results[-1]
             print(f"python train.py: {r['wall_seconds']} s for {r['steps']} steps, peak RSS {r['peak_rss_mib']} MiB, "
                   f"val loss {r['val_loss']}")
-        if nanogpt:
+        if nanogpt and not gpu:
             results.append(bench_nanogpt(nanogpt, Path(tmp) / "nanogpt"))
             r = results[-1]
             print(f"nanoGPT train.py: {r['wall_seconds']} s for 1000 steps, peak RSS {r['peak_rss_mib']} MiB")
@@ -388,9 +423,10 @@ def main() -> None:
         print(f"generate {r['model']:<10} cache={str(r['use_cache']):<5} {r['chars_per_second']:>8,.0f} chars/s "
               f"({r['speedup']:.2f}x)")
 
-    checks = target_checks(results)
-    print_checks(checks)
-    results.append({"bench": "targets", "checks": checks})
+    if not (gpu or args.bf16):  # the issue's targets are for fp32 on a CPU
+        checks = target_checks(results)
+        print_checks(checks)
+        results.append({"bench": "targets", "checks": checks})
 
     write_json_lines(results, args.out)
 

@@ -2,6 +2,7 @@
 
 import sys
 
+import pytest
 import torch
 from conftest import ROOT
 
@@ -22,10 +23,11 @@ def test_matmul_flops_count_every_linear_and_both_attention_products():
     assert bench_train.matmul_flops_per_step(cfg, B) == 3 * forward  # backward = 2 x forward
 
 
-def test_lightning_and_plain_paths_run_the_same_steps(tmp_path):
+@pytest.mark.parametrize("bf16", [False, True])
+def test_lightning_and_plain_paths_run_the_same_steps(tmp_path, bf16):
     cfg = {**bench_train.CONFIGS["reference"], "num_layers": 1}
-    assert bench_train.lightning_seconds(cfg, steps=3, warmup=2, log_dir=str(tmp_path)) > 0
-    assert bench_train.plain_loop_seconds(cfg, steps=3, warmup=2) > 0
+    assert bench_train.lightning_seconds(cfg, steps=3, warmup=2, log_dir=str(tmp_path), bf16=bf16) > 0
+    assert bench_train.plain_loop_seconds(cfg, steps=3, warmup=2, bf16=bf16) > 0
 
 
 def test_target_checks_compare_each_figure_with_its_target():
