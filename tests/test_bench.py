@@ -34,8 +34,10 @@ def test_target_checks_compare_each_figure_with_its_target():
     results = [
         {"bench": "train", "config": "reference", "path": "lightning", "mfu": 0.31, "lightning_vs_plain": 0.94,
          "lightning_speedup_vs_nanogpt": 1.6},
-        {"bench": "train", "config": "larger", "path": "lightning", "mfu": 0.44, "lightning_vs_plain": 1.0},
-        {"bench": "train.py", "wall_seconds": 20.0, "peak_rss_mib": 451},
+        {"bench": "train", "config": "larger", "path": "lightning", "mfu": 0.44, "lightning_vs_plain": 1.0,
+         "lightning_speedup_vs_nanogpt": 1.2},  # the issue sets no speed-up target for the larger size
+        {"bench": "train.py", "data": "tinyshakespeare", "wall_seconds": 10.0, "peak_rss_mib": 900},
+        {"bench": "train.py", "data": "default", "wall_seconds": 20.0, "peak_rss_mib": 451},
         {"bench": "nanogpt train.py", "wall_seconds": 30.0},
     ]
     met = {c["target"]: c["met"] for c in bench_train.target_checks(results)}
