@@ -14,7 +14,8 @@ the plain loop runs the same model, optimizer and batches with nothing around th
 the same corpus. The paths take turns and the best of the repeats counts, so all see the same
 machine load. Then it times the default `python train.py` (wall time and peak RSS) and, with
 --nanogpt, nanoGPT's own train.py on Tiny Shakespeare (needs ../shared/data/tinyshakespeare.txt)
-and ours on the same text (65 symbols, where the default corpus has 405), and generation with and without the KV cache. It ends with the issue's targets, met or not.
+and ours on the same text (65 symbols, where the default corpus has 405), and generation with and
+without the KV cache. It ends with the issue's targets, met or not.
 Every result is also printed as one JSON line (and appended to --out) to track progress.
 bench/bench_quality.py checks that the speed costs no quality.
 """
