@@ -1,0 +1,52 @@
+"""Reading a user's file safely: only regular files, and never more than a size cap.
+
+``/dev/zero`` would be read without end, a FIFO with no writer would block forever, and a
+directory or a socket has no text: each is refused with one line before a byte is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from tinylm.errors import TinyLMError
+
+MIB = 1 << 20
+
+
+def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key: str) -> bytes:
+    """The bytes of the regular file ``path``, refused with one line when it is not one or too big.
+
+    ``key`` names the setting that gave the path (e.g. ``data.path``), ``cap_key`` the setting
+    that raises the cap of ``max_mib`` MiB for those who really mean it.
+    """
+    path = Path(path)
+    try:
+        info = path.stat()  # follows links: a link to a regular file is fine
+    except FileNotFoundError:
+        raise TinyLMError(f"{key}: file not found: {path} (name an existing text file)") from None
+    except OSError as e:
+        raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TinyLMError(f"{key} is a directory, not a file: {path} (name a text file in it)")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+        raise TinyLMError(f"{key}={path} is {kind}, not a regular file: save the text to a file and pass that")
+    limit = int(max_mib * MIB)
+    if info.st_size > limit:
+        raise TinyLMError(
+            f"{key}={path} is {info.st_size / MIB:,.1f} MiB, over the {max_mib:g} MiB limit: "
+            f"raise it with {cap_key}=N (MiB) if you really mean it"
+        )
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)  # a file that grows while we read still stops at the cap
+    except OSError as e:
+        raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
+    if len(data) > limit:
+        raise TinyLMError(
+            f"{key}={path} grew past the {max_mib:g} MiB limit while being read: "
+            f"raise it with {cap_key}=N (MiB) if you really mean it"
+        )
+    return data
