@@ -3,19 +3,31 @@
     python train.py model.num_layers=2 model.n_embd=32
     python train.py data.path=my_text.txt trainer.max_steps=3000
     python train.py -m model.n_embd=32,64 model.num_heads=2,4      # a sweep, one folder per job
+    python train.py ckpt_path=last trainer.max_steps=2000          # continue the newest run
 
 See conf/train.yaml for every option and README.md for more.
 """
 
-import os
 import sys
-from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupted program
+    import os
+    from pathlib import Path
 
+    import hydra
+    from omegaconf import DictConfig
+
+    from tinylm.cli import quote_values
+    from tinylm.errors import TinyLMError
+    from tinylm.resume import plan_resume
+    from tinylm.run_folder import register_resolvers
+except KeyboardInterrupt:
+    sys.exit(130)
+
+ROOT = Path(__file__).resolve().parent
+PATH_KEYS = ("data.path", "ckpt_path")  # file names on the command line, taken literally
 # Run folders and caches live under the project folder, wherever the command is launched from.
-os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
+os.environ.setdefault("TINYLM_ROOT", str(ROOT))
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -26,8 +38,13 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    if "ckpt_path=last" in sys.argv:  # resume the newest run, in its own folder
-        from tinylm.resume import resolve_resume_argv
-
-        sys.argv = resolve_resume_argv(sys.argv, Path(os.environ["TINYLM_ROOT"]) / "outputs")
-    main()
+    try:
+        sys.argv = quote_values(sys.argv, PATH_KEYS)
+        sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
+        register_resolvers()
+        main()
+    except TinyLMError as e:
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # before training started (once it has, Ctrl-C saves and exits 130)
+        print("\ninterrupted before training started: nothing was saved", file=sys.stderr)
+        sys.exit(130)

@@ -194,20 +194,42 @@ def test_ctrl_c_saves_last_checkpoint_and_resume_last_continues(tmp_path, tiny_t
     out, err = proc.communicate(timeout=60)
     last = run / "checkpoints" / "last.ckpt"
     assert proc.returncode == 130
-    assert "interrupted at step" in out and "ckpt_path=last" in out
+    assert f"interrupted at step {torch.load(last, weights_only=True)['global_step']}: saved {last}" in out
+    assert f"resume with `python train.py ckpt_path={last}`" in out
     step = torch.load(last, weights_only=True)["global_step"]
     assert step > 0
 
-    # `ckpt_path=last` finds that run and continues it in its own folder
-    cmd = [sys.executable, str(ROOT / "train.py"), "ckpt_path=last", *common, f"trainer.max_steps={step + 5}"]
+    # `ckpt_path=last` finds that run and continues it in its own folder, with its own settings:
+    # the command line names only where to look and what changes
+    cmd = [sys.executable, str(ROOT / "train.py"), "ckpt_path=last", f"paths.log_dir={tmp_path}",
+           f"trainer.max_steps={step + 5}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"resuming {last}" in done.stdout
+    assert f"resuming run {run} from last.ckpt in its own folder" in done.stdout
     assert torch.load(last, weights_only=True)["global_step"] == step + 5
     writers = {p.name.split(".")[-2] for p in (run / "tensorboard").glob("events.*")}  # by process id
     assert len(writers) == 2  # the same TensorBoard run, continued by the resumed process
     assert len(list(tmp_path.glob("runs/*"))) == 1
 
 
-def test_tiny_text_is_used_by_fixture(tiny_text_file):
-    assert tiny_text_file.read_text(encoding="utf-8") == TINY_TEXT
+@pytest.mark.parametrize("after", [0.3, 2.5])
+def test_ctrl_c_while_starting_exits_130_without_a_traceback(tmp_path, after):
+    proc = start_train(tmp_path / "run", *FAST, "data.repeat=30")
+    time.sleep(after)  # importing Python packages, then torch and Lightning
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(err.splitlines()) <= 2
+
+
+def test_one_clean_log_and_errors_kept_in_the_run_folder(tmp_path, tiny_text_file):
+    ok = run_train(tmp_path / "ok", *FAST, f"data.path={tiny_text_file}", "data.repeat=30")
+    lines = [line for line in (ok.stdout + ok.stderr).splitlines() if line.strip()]
+    messages = [line.split("] - ", 1)[-1] for line in lines]  # without Hydra's time stamp
+    assert "GPU available: False, used: False" in "\n".join(messages)
+    assert len(messages) == len(set(messages)), "a line is printed twice"
+    assert not [line for line in lines if "Tip:" in line or "deprecated" in line]
+    bad = run_train(tmp_path / "bad", *FAST, f"data.path={tmp_path / 'nope.txt'}", check=False)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.stderr.startswith(f"error: data file not found: {tmp_path / 'nope.txt'}")
+    assert "error: data file not found" in (tmp_path / "bad" / "train.log").read_text()

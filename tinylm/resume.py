@@ -1,78 +1,75 @@
-"""Never lose a run: atomic checkpoint writes, a checkpoint on Ctrl-C, safe and checked resumes.
+"""Resuming a run: from its own saved config, in its own folder, and only after every check.
 
-- ``AtomicCheckpointIO`` writes ``<name>.tmp`` next to the target, fsyncs it and renames it over
-  the target, so ``kill -9`` at any moment leaves either the old good file or the new one.
-- ``GracefulInterrupt`` turns Ctrl-C (SIGINT) into: finish the step, save ``last.ckpt``, stop.
-- ``resolve_resume_argv`` turns ``ckpt_path=last`` into the newest run's ``last.ckpt`` and makes the
-  resumed run write into that same run folder (same TensorBoard run, same checkpoints folder).
-- ``check_resume`` refuses, with one line, a checkpoint that is unreadable, unsafe, or made for a
-  different model or vocabulary than the current config.
+``python train.py ckpt_path=last`` (or ``ckpt_path=<a run's checkpoint>``) continues that run:
+
+- ``plan_resume`` runs before Hydra starts. It finds the checkpoint (``last``: the newest
+  ``last.ckpt`` under ``paths.log_dir``, resolved as Hydra resolves the config) and rebuilds the
+  command line from the run's own record: ``.hydra/overrides.yaml``, then each earlier resume's
+  changes (``.hydra/resumes.yaml``). On top of that only ``RESUMABLE`` settings may change; the
+  model, the data and the seed stay the run's. Hydra is told to write nothing into the run folder.
+- ``check_resume`` (inside the job, before anything is written) refuses a checkpoint that is
+  unreadable, or made for another model or another text than the config gives.
+- ``record_resume`` appends this resume's changes to ``.hydra/resumes.yaml`` once every check has
+  passed, so the run keeps its original ``config.yaml`` and ``overrides.yaml`` and a history.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-import threading
+import time
 from pathlib import Path
 
-import lightning as L
-import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
 
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
+from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 
-log = logging.getLogger(__name__)
+# settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
+RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "model.dropout", "model.attn_impl", "model.compile")
+LOCATORS = ("paths",)  # say where to look for `last`; never applied to the resumed run
+HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
+RESUMES_FILE = "resumes.yaml"
 
-# the model settings a checkpoint's weights depend on (dropout and attn_impl may change on resume);
-# a key an architecture lacks reads as None on both sides
-SHAPE_KEYS = ("arch", "vocab_size", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding", "hidden_size")
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write each checkpoint to a temporary file in the same folder, then rename it into place."""
-
-    def save_checkpoint(self, checkpoint, path, storage_options=None):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
+# the model settings a checkpoint's weights depend on; a key an architecture lacks reads as None
+SHAPE_KEYS = ("arch", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding", "hidden_size")
 
 
-class GracefulInterrupt(L.Callback):
-    """First Ctrl-C: finish the current step, validate and save ``last.ckpt``, then stop.
+def _key(override: Override) -> str:
+    return override.key_or_group + (f"@{override.package}" if override.package else "")
 
-    Stopping between steps keeps the saved loop state consistent, so the run resumes exactly.
-    A second Ctrl-C interrupts at once (Python's default behaviour is restored after the first).
-    """
 
-    def __init__(self):
-        self.interrupted_at: int | None = None
-        self._previous = None
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(p + ".") or key.startswith(p + "/") for p in prefixes)
 
-    def on_train_start(self, trainer, pl_module):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, lambda *_: self._request_stop(trainer))
 
-    def _request_stop(self, trainer):
-        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
-        self.interrupted_at = trainer.global_step
-        trainer.should_stop = True
-        print("\nCtrl-C: stopping after this step and saving last.ckpt (Ctrl-C again to abort)", flush=True)
+def _parse(overrides: list[str]) -> list[Override]:
+    return OverridesParser.create().parse_overrides(overrides)
 
-    def on_train_end(self, trainer, pl_module):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        if self.interrupted_at is not None and trainer.is_global_zero:
-            saved = f"saved {trainer.checkpoint_callback.dirpath}/last.ckpt; " if trainer.checkpoint_callback else ""
-            print(f"interrupted at step {trainer.global_step}: {saved}"
-                  "resume with `python train.py ckpt_path=last`", flush=True)
+
+def merge_overrides(overrides: list[str]) -> list[str]:
+    """Keep the last override of each key, in the order the keys were last given."""
+    merged: dict[str, str] = {}
+    for override in _parse(overrides):
+        merged.pop(_key(override), None)
+        merged[_key(override)] = override.input_line
+    return list(merged.values())
+
+
+def saved_overrides(run_dir: Path) -> list[str] | None:
+    """The run's own overrides: its original command line, then each resume's changes (None: no record)."""
+    record = run_dir / HYDRA_DIR / "overrides.yaml"
+    if not record.is_file():
+        return None
+    overrides = list(yaml.safe_load(record.read_text(encoding="utf-8")) or [])
+    resumes = run_dir / HYDRA_DIR / RESUMES_FILE
+    if resumes.is_file():
+        for entry in yaml.safe_load(resumes.read_text(encoding="utf-8")) or []:
+            overrides += entry.get("overrides", [])
+    return merge_overrides(overrides)
 
 
 def latest_last_checkpoint(log_dir: str | Path) -> Path:
@@ -86,24 +83,76 @@ def latest_last_checkpoint(log_dir: str | Path) -> Path:
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
-def resolve_resume_argv(argv: list[str], default_log_dir: Path) -> list[str]:
-    """Rewrite ``ckpt_path=last`` into a real path, resuming inside that run's folder."""
-    if "ckpt_path=last" not in argv:
+def composed_log_dir(conf_dir: Path, overrides: list[str]) -> str:
+    """``paths.log_dir`` as the training config composes it with these overrides."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return str(compose("train", overrides=overrides).paths.log_dir)
+
+
+def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
+    """Rewrite a resuming command line so that the run continues as it was configured.
+
+    Returns ``argv`` unchanged when it does not resume, or in a sweep (``-m``); raises a
+    TinyLMError when it asks to change a setting the run must keep.
+    """
+    flags = [a for a in argv[1:] if a.startswith("-")]
+    if any(flag in ("-m", "--multirun") for flag in flags):
         return argv
-    log_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("paths.log_dir=")), default_log_dir)
     try:
-        last = latest_last_checkpoint(log_dir)
-    except TinyLMError as e:
-        raise SystemExit(f"error: {e}") from None
-    argv = [f"ckpt_path={last}" if a == "ckpt_path=last" else a for a in argv]
-    if not any(a.startswith("hydra.run.dir=") for a in argv):
-        argv.append(f"hydra.run.dir={last.parent.parent}")
-    print(f"resuming {last}", flush=True)
-    return argv
+        parsed = _parse([a for a in argv[1:] if not a.startswith("-")])
+    except HydraException:
+        return argv  # Hydra reports the bad override itself
+    ckpt = [o for o in parsed if _key(o) == "ckpt_path"]
+    if not ckpt or ckpt[-1].value() in (None, ""):
+        return argv
+    hydra_args = [o for o in parsed if _under(_key(o), ("hydra",))]
+    task = [o for o in parsed if o not in hydra_args and _key(o) != "ckpt_path"]
+
+    value = str(ckpt[-1].value())
+    if value == "last":
+        log_dir = composed_log_dir(conf_dir, [o.input_line for o in task if _under(_key(o), LOCATORS)])
+        path = latest_last_checkpoint(log_dir)
+    else:
+        path = Path(os.path.abspath(os.path.expanduser(value)))
+    run_dir = path.parent.parent
+    saved = saved_overrides(run_dir) if path.is_file() and path.parent.name == "checkpoints" else None
+    new_ckpt = quote_values([f"ckpt_path={path}"], ("ckpt_path",))
+    if saved is None:  # a loose checkpoint file: the command line says what to train
+        return [argv[0], *flags, *(o.input_line for o in hydra_args + task), *new_ckpt]
+
+    own = {_key(o): o for o in _parse(saved)}
+    changes, refused = [], []
+    for override in task:
+        key = _key(override)
+        same = key in own and (own[key].type, own[key].value()) == (override.type, override.value())
+        if _under(key, LOCATORS) or same:
+            continue
+        (changes if _under(key, RESUMABLE) else refused).append(override.input_line)
+    if refused:
+        raise TinyLMError(
+            f"cannot change {', '.join(refused)} when resuming {run_dir}: a resumed run keeps its own model, "
+            "data and seed (see its .hydra/overrides.yaml); a resume may change only trainer.*, optim.*, "
+            "callbacks, logger, threads and model.dropout/attn_impl/compile. For other settings start a new "
+            "run without ckpt_path"
+        )
+    run_dirs = [o for o in hydra_args if _key(o) == "hydra.run.dir"]
+    in_place = not run_dirs or Path(os.path.abspath(str(run_dirs[-1].value()))) == run_dir
+    hydra_lines = [o.input_line for o in hydra_args]
+    if not run_dirs:
+        hydra_lines += quote_values([f"hydra.run.dir={run_dir}"], ("hydra.run.dir",))
+    if in_place:
+        hydra_lines.append("hydra.output_subdir=null")  # the run's .hydra/ record stays as it is
+    where = "in its own folder" if in_place else f"into {run_dirs[-1].value()}"
+    print(f"resuming run {run_dir} from {path.name} {where}\n"
+          f"  its settings: {' '.join(saved) or '(the defaults)'}\n"
+          f"  changed now:  {' '.join(changes) or '(nothing)'}", flush=True)
+    return [argv[0], *flags, *hydra_lines, *merge_overrides(saved + changes), *new_ckpt]
 
 
-def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict) -> None:
-    """Raise a one-line TinyLMError unless ``path`` can continue the configured training."""
+def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict) -> int:
+    """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training."""
     checkpoint = read_checkpoint(find_checkpoint(ckpt_path=path))
     saved = checkpoint["model_config"]
     different = [f"{k}={saved.get(k)!r} (config: {model_config.get(k)!r})"
@@ -113,8 +162,26 @@ def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict) ->
             f"checkpoint {path} was trained with a different model: {', '.join(different)}; "
             "use the same model.* settings to resume, or start a new run without ckpt_path"
         )
-    if checkpoint["tokenizer"] != tokenizer_state:
+    if checkpoint["tokenizer"] != tokenizer_state or saved.get("vocab_size") != model_config.get("vocab_size"):
+        theirs = checkpoint["tokenizer"].get("kind") if isinstance(checkpoint["tokenizer"], dict) else "?"
         raise TinyLMError(
-            f"checkpoint {path} was trained on a different vocabulary than data.path gives: "
-            "resume with the same text and data.tokenizer, or start a new run without ckpt_path"
+            f"checkpoint {path} was trained on different data: its vocabulary ({theirs}, "
+            f"{saved.get('vocab_size')} symbols) differs from the one data.path and data.tokenizer give now "
+            f"({tokenizer_state['kind']}, {model_config.get('vocab_size')} symbols); resume with the run's own "
+            "text and data.tokenizer, or start a new run without ckpt_path"
         )
+    return int(checkpoint.get("global_step", 0))
+
+
+def record_resume(run_dir: Path, checkpoint: Path, step: int, task_overrides: list[str]) -> None:
+    """Append this resume (its checkpoint, step and changed settings) to ``.hydra/resumes.yaml``."""
+    own = set(saved_overrides(run_dir) or [])
+    changes = [o for o in task_overrides if o not in own and not o.startswith("ckpt_path=")]
+    record = run_dir / HYDRA_DIR / RESUMES_FILE
+    record.parent.mkdir(parents=True, exist_ok=True)
+    entries = (yaml.safe_load(record.read_text(encoding="utf-8")) or []) if record.is_file() else []
+    entries.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "checkpoint": str(checkpoint),
+                    "from_step": step, "overrides": changes})
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(entries, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, record)

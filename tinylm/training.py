@@ -24,7 +24,9 @@ from tinylm.config import validate
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.module import LitGPT
-from tinylm.resume import AtomicCheckpointIO, GracefulInterrupt, check_resume
+from tinylm.resume import check_resume, record_resume
+from tinylm.run_logs import held_file_logs, log_error_to_files, quiet_lightning
+from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
 
 log = logging.getLogger(__name__)
 
@@ -106,25 +108,50 @@ def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
         )
 
 
+def finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: a value that is not a finite number is written as null."""
+    return value if math.isfinite(value) else None
+
+
+def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:
+    """Say that the run is done and how to train it further; return its saved metrics untouched."""
+    print(f"run {output_dir} is already finished: {ckpt_path} is at step {step} and trainer.max_steps={max_steps}, "
+          f"so nothing was trained or written. To train it further, resume with more steps, e.g. "
+          f"`python train.py ckpt_path={ckpt_path} trainer.max_steps={max(step, max_steps) * 2}`", flush=True)
+    saved = output_dir / "metrics.json"
+    return json.loads(saved.read_text()) if saved.is_file() else {}
+
+
 def train(cfg: DictConfig) -> dict:
-    """Train as the config says; return the final metrics (also written to metrics.json)."""
+    """Train as the config says; return the final metrics (also written to metrics.json).
+
+    A resume (``ckpt_path``) writes nothing, not even a log line to the run's ``train.log``,
+    until the checkpoint is known to fit the config and to have steps left to train.
+    """
     validate(cfg)
+    quiet_lightning()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
+    ckpt_path = resolve_path(cfg.ckpt_path)
 
-    datamodule = build_datamodule(cfg)
-    datamodule.prepare()
-    module = build_module(cfg, datamodule)
+    with held_file_logs(hold=bool(ckpt_path)):
+        datamodule = build_datamodule(cfg)
+        datamodule.prepare()
+        module = build_module(cfg, datamodule)
+        if ckpt_path:
+            step = check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state)
+            if step >= cfg.trainer.max_steps:
+                return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)
+            if HydraConfig.initialized():
+                record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
+            log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
+                     step, ckpt_path, cfg.trainer.max_steps)
     log.info("data: %s (%s tokens, vocabulary %d)", datamodule.path,
              f"{len(datamodule.train_ids) + len(datamodule.val_ids):,}",
              datamodule.tokenizer.vocab_size)
     print(module.model.format_parameter_table())
-
-    ckpt_path = resolve_path(cfg.ckpt_path)
-    if ckpt_path:
-        check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state)
 
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
@@ -145,8 +172,8 @@ def train(cfg: DictConfig) -> dict:
     val_loss = float(val_loss) if val_loss is not None else math.nan
     steps = trainer.global_step - module.start_step
     metrics = {
-        "val_loss": val_loss,
-        "val_bpc": val_loss / math.log(2) / datamodule.val_chars_per_token,
+        "val_loss": finite_or_none(val_loss),
+        "val_bpc": finite_or_none(val_loss / math.log(2) / datamodule.val_chars_per_token),
         "num_params": module.model.num_params(),
         "steps": trainer.global_step,
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
@@ -155,10 +182,10 @@ def train(cfg: DictConfig) -> dict:
     metrics["interrupted"] = interrupt.interrupted_at is not None
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
         log_hparams(trainer, cfg, metrics)
         log.info("final val loss %.4f (%.3f bits/char); run folder %s",
-                 val_loss, metrics["val_bpc"], output_dir)
+                 val_loss, val_loss / math.log(2) / datamodule.val_chars_per_token, output_dir)
     return metrics
 
 
@@ -179,18 +206,17 @@ def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
     settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ("paths", "hydra")}
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
-            logger.log_hyperparams(
-                flatten(settings),
-                {"hp/val_loss": metrics["val_loss"], "hp/val_bpc": metrics["val_bpc"],
-                 "hp/num_params": metrics["num_params"]},
-            )
+            scores = {"hp/val_loss": metrics["val_loss"], "hp/val_bpc": metrics["val_bpc"],
+                      "hp/num_params": metrics["num_params"]}
+            logger.log_hyperparams(flatten(settings), {k: v for k, v in scores.items() if v is not None})
 
 
 def main(cfg: DictConfig) -> float | None:
     """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit.
 
     In a sweep (``-m``), a job with bad input reports its error line, writes it to ``error.txt`` in
-    its folder and returns NaN, so the other jobs of the sweep still run.
+    its folder and returns NaN, so the other jobs of the sweep still run. A single new run writes
+    the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
     """
     try:
         metrics = train(cfg)
@@ -201,7 +227,9 @@ def main(cfg: DictConfig) -> float | None:
             (output_dir / "error.txt").write_text(f"{e}\n")
             print(f"error: job {HydraConfig.get().job.num} ({output_dir}): {e}", file=sys.stderr, flush=True)
             return math.nan
+        if not cfg.ckpt_path:
+            log_error_to_files(f"error: {e}")
         raise SystemExit(f"error: {e}") from None
-    if metrics["interrupted"]:
+    if metrics.get("interrupted"):
         raise SystemExit(130)  # like any program stopped by Ctrl-C; last.ckpt is saved
-    return metrics["val_loss"]
+    return math.nan if metrics.get("val_loss") is None else metrics["val_loss"]

@@ -1,0 +1,102 @@
+"""What the command-line entry points share: quoting free-form values for Hydra, and exiting cleanly.
+
+Hydra parses every ``key=value`` with its override grammar, which rejects unquoted spaces in some
+places, non-ASCII letters (``prompt=我正在学习``, ``ckpt_path=模型/last.ckpt``) and treats
+``${...}`` as an interpolation. ``quote_values`` wraps the values of chosen keys in Hydra quotes
+before Hydra sees ``sys.argv``, so users never have to quote twice (once for the shell, once for
+Hydra). ``run_command`` turns a ``run(cfg)`` function into an entry point that follows the house
+rules: bad input is one ``error: ...`` line, Ctrl-C is exit 130, a closed pipe is a quiet exit 141.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+
+from omegaconf import DictConfig
+
+from tinylm.errors import TinyLMError
+
+# bash reports 128 + SIGPIPE (13) for `yes | head -1`: a closed pipe reads the same for us, so
+# `set -o pipefail` scripts that already accept it from other tools accept it from ours.
+EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130
+
+
+def _escape_interpolations(text: str) -> str:
+    """Make OmegaConf read ``${`` as text: ``\\${`` is a literal ``${``, and the backslashes
+    right before it must double so they stay backslashes (other backslashes are never special)."""
+    return re.sub(r"(\\*)\$\{", r"\1\1\\${", text)
+
+
+def _hydra_quoted(value: str) -> str:
+    """``value`` in Hydra single quotes: only a quote, and backslashes right before a quote or
+    before the closing quote, need escaping."""
+    value = re.sub(r"(\\*)(')", r"\1\1\\\2", value)  # \' -> \\\'  and ' -> \'
+    value = re.sub(r"(\\+)$", r"\1\1", value)  # a final backslash must not eat the closing quote
+    return f"'{value}'"
+
+
+def _already_quoted(value: str) -> bool:
+    return len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+
+
+def quote_values(argv: list[str], keys: Iterable[str], literal: bool = False) -> list[str]:
+    """``argv`` with the values of ``key=value`` (also ``+key=`` / ``++key=``) for ``keys`` in Hydra quotes.
+
+    Then Hydra reads any text there as is: spaces, CJK, quotes, backslashes, ``=`` and ``,``.
+    Left alone: values already in quotes (``key='...'`` or ``key="..."``: Hydra syntax written on
+    purpose, e.g. ``prompt="'null'"`` for the text "null"), an empty value (``key=``, the empty
+    string) and ``null`` (in any case, as Hydra spells it: the key stays unset).
+    ``literal``: free text, not config syntax: ``${...}`` is escaped so OmegaConf keeps it as
+    written instead of resolving it (``prompt='${oc.env:HOME}'`` stays that text). Without it (paths)
+    an interpolation such as ``ckpt_path=${paths.log_dir}/x.ckpt`` still works.
+    """
+    keys = set(keys)
+    quoted = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and key.lstrip("+") in keys and value and value.lower() != "null" and not _already_quoted(value):
+            arg = f"{key}={_hydra_quoted(_escape_interpolations(value) if literal else value)}"
+        quoted.append(arg)
+    return quoted
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so the interpreter's final flush of what is still
+    buffered cannot fail again on the closed pipe (and print 'Exception ignored' to stderr)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+@contextmanager
+def quiet_broken_pipe():
+    """Exit 141 without a word when the reader of stdout goes away (``generate.py | head -c 20``).
+
+    Wrap the whole entry point (Hydra's own ``--help`` prints outside ``run_command``). stdout is
+    flushed on the way out, even on ``sys.exit``, so a pending write fails here and not at exit.
+    """
+    try:
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
+
+
+def run_command(run: Callable[[DictConfig], object], cfg: DictConfig) -> None:
+    """Call an entry point's ``run(cfg)`` (inside Hydra's main), ending without a traceback:
+    bad input is one ``error: ...`` line, Ctrl-C exit 130, a closed stdout exit 141."""
+    try:
+        with quiet_broken_pipe():
+            run(cfg)
+    except TinyLMError as e:
+        raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED) from None
