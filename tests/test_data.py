@@ -1,5 +1,10 @@
+import logging
+import os
+import signal
+
 import pytest
 import torch
+from conftest import TINY_TEXT, compose
 
 from tinylm.data import (
     RandomWindows,
@@ -10,6 +15,7 @@ from tinylm.data import (
 )
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
+from tinylm.training import main as train_main
 
 
 def make_dm(path, **kw):
@@ -108,3 +114,100 @@ def test_invalid_utf8_can_be_replaced(tmp_path):
     path.write_bytes(b"abc\xffdef" * 40)
     dm = make_dm(path, errors="replace")
     assert "\ufffd" in dm.tokenizer.itos
+
+
+def test_special_files_are_refused_at_once(tmp_path):
+    """/dev/zero was read without limit and a FIFO with no writer hung: both are refused before reading."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("reading the FIFO blocked"))
+    signal.alarm(10)
+    try:
+        for path, kind in (("/dev/zero", "a device or socket"), (fifo, "a FIFO")):
+            with pytest.raises(TinyLMError, match=f"data.path={path} is {kind}, not a regular file"):
+                make_dm(path)
+    finally:
+        signal.alarm(0)
+
+
+def test_main_refuses_dev_zero_with_one_line(tmp_path):
+    cfg = compose("data.path=/dev/zero", "logger=none", output_dir=tmp_path / "run")
+    with pytest.raises(SystemExit) as info:
+        train_main(cfg)
+    assert str(info.value) == ("error: data.path=/dev/zero is a device or socket, not a regular file: "
+                               "save the text to a file and pass that")
+
+
+def test_files_over_the_size_cap_are_refused(tmp_path):
+    path = tmp_path / "big.txt"
+    path.write_text("abcdefghij" * 110_000, encoding="utf-8")  # 1.05 MiB
+    with pytest.raises(TinyLMError, match=r"is 1\.0 MiB, over the 1 MiB limit: raise it with data.max_mib=N"):
+        make_dm(path, max_mib=1)
+    assert len(make_dm(path, max_mib=2).train_ids) > 0
+
+
+def test_repeat_past_the_cap_is_refused_before_the_text_is_built(tiny_text_file):
+    size = tiny_text_file.stat().st_size
+    most = 2**20 // size  # repeats that fit in 1 MiB
+    with pytest.raises(TinyLMError) as info:
+        make_dm(tiny_text_file, repeat=10_000_000_000)  # ~1 TB: refused at once, nothing allocated
+    mib = f"{size * 10_000_000_000 / 2**20:,.0f}"
+    assert str(info.value).startswith(f"data.repeat=10000000000 makes {mib} MiB of text from {tiny_text_file}, ")
+    with pytest.raises(TinyLMError, match=f"over the data.max_mib=1 limit: use data.repeat={most} or less, or raise"):
+        make_dm(tiny_text_file, repeat=most + 1, max_mib=1)
+    assert make_dm(tiny_text_file, repeat=most, max_mib=1).num_chars == most * len(TINY_TEXT)
+
+
+def test_main_refuses_a_huge_repeat_with_one_line(tmp_path, tiny_text_file):
+    cfg = compose(f"data.path={tiny_text_file}", "data.repeat=10000000000", "logger=none", output_dir=tmp_path)
+    with pytest.raises(SystemExit) as info:
+        train_main(cfg)
+    assert str(info.value).startswith("error: data.repeat=10000000000 makes ") and "\n" not in str(info.value)
+
+
+def test_leading_bom_is_dropped(tmp_path, caplog):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + TINY_TEXT.encode() * 20)
+    assert "\ufeff" not in make_dm(path).tokenizer.itos
+    dm = make_dm(path, tokenizer="byte")
+    assert dm.train_ids[:3].tolist() == list(TINY_TEXT.encode()[:3])
+    assert caplog.records == []  # nothing to warn about
+
+
+def test_crlf_is_read_as_lf_and_reported_in_one_line(tmp_path, caplog):
+    lf, crlf = tmp_path / "lf.txt", tmp_path / "crlf.txt"
+    lf.write_bytes(TINY_TEXT.encode() * 20)
+    crlf.write_bytes(TINY_TEXT.replace("\n", "\r\n").encode() * 20)
+    with caplog.at_level(logging.WARNING, logger="tinylm.data"):
+        a, b = make_dm(lf), make_dm(crlf)
+    assert torch.equal(a.train_ids, b.train_ids) and a.tokenizer.itos == b.tokenizer.itos  # no "\r" symbol
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{crlf} has 20 CRLF line endings (read as LF; convert the file with dos2unix to skip this)"]
+
+
+def test_lone_cr_and_nul_are_kept_and_reported_in_one_line(tmp_path, caplog):
+    path = tmp_path / "odd.txt"
+    path.write_bytes(TINY_TEXT.replace("\n", "\r\n").encode() * 20 + b"old\rmac\rline\x00end")
+    with caplog.at_level(logging.WARNING, logger="tinylm.data"):
+        dm = make_dm(path)
+    assert "\r" in dm.tokenizer.itos and "\0" in dm.tokenizer.itos
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        f"{path} has 20 CRLF line endings (read as LF; convert the file with dos2unix to skip this); "
+        "2 lone CR characters (kept as symbols: replace them with newlines); "
+        "1 NUL characters (kept as symbols: a binary or UTF-16 file? check data.encoding, or remove them)")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"errors": "foo"}, "data.errors='foo' must be a decoding error handler: strict, replace, ignore or "
+                            "backslashreplace"),
+        ({"encoding": "foo"}, "data.encoding='foo' must be a text encoding Python knows"),
+    ],
+)
+def test_bad_codec_settings_name_their_own_key(tiny_text_file, kwargs, message):
+    with pytest.raises(TinyLMError) as info:
+        make_dm(tiny_text_file, repeat=20, **kwargs)
+    assert str(info.value).startswith(message)
+    assert ("data.encoding" in str(info.value)) == ("encoding" in kwargs)

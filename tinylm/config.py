@@ -1,20 +1,190 @@
 """Checks on a composed training config, run before any data is read or model is built.
 
-Hydra already rejects unknown keys (the config is in struct mode); this module catches values
-that compose fine but cannot train: sizes <= 0, n_embd not divisible by num_heads, and so on.
+Hydra already rejects unknown keys (the config is in struct mode) but accepts any value: whatever
+it parses from the command line (a string, int, float, bool, list or null). This module checks
+every value of the top level and of the ``data``, ``optim`` and ``trainer`` groups against a
+small typed rule (``RULES``), every key added with ``+`` against what uses it, and the model with
+``tinylm.rnn.model_config_problems``, so a bad value is one line, not a traceback from deep inside
+Lightning, numpy or torch.
 """
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+import inspect
+import math
+import typing
+from collections.abc import Callable
+
+import lightning as L
+import torch
+from lightning.fabric.connector import _PRECISION_INPUT
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.strategies import StrategyRegistry
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
 from tinylm.rnn import model_config_problems
+from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 
+Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ..."), or None
 
-def _positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(low: int = 1, high: int | None = None) -> Rule:
+    if high is not None:
+        wanted = f"an integer in [{low}, {high}]"
+    else:
+        wanted = "a positive integer" if low == 1 else f"an integer >= {low}"
+    return lambda v: None if _is_int(v) and low <= v and (high is None or v <= high) else f"must be {wanted}"
+
+
+def number(low: float, high: float | None = None, brackets: str = "[]") -> Rule:
+    """A finite number >= low (> low with brackets "(.."), and <= high (< high with "..)")."""
+    if high is None:
+        wanted = "a positive number" if brackets[0] == "(" and low == 0 else f"a number >= {low:g}"
+    else:
+        wanted = f"a number in {brackets[0]}{low:g}, {high:g}{brackets[1]}"
+
+    def check(v):
+        inside = _is_number(v) and (v > low if brackets[0] == "(" else v >= low) and (
+            high is None or (v < high if brackets[1] == ")" else v <= high))
+        return None if inside else f"must be {wanted}"
+    return check
+
+
+def one_of(*options) -> Rule:
+    """Exactly one of ``options``: 1 is not true, and 16.0 is not 16."""
+    names = ", ".join(str(o).lower() if isinstance(o, bool) else str(o) for o in options)
+    return lambda v: None if any(type(v) is type(o) and v == o for o in options) else f"must be one of {names}"
+
+
+def nullable(rule: Rule) -> Rule:
+    return lambda v: None if v is None or rule(v) is None else f"{rule(v)} or null"
+
+
+def text(what: str) -> Rule:
+    return lambda v: None if isinstance(v, str) and v else f"must be {what}"
+
+
+def batches(v) -> str | None:
+    """Lightning's batch limits: a count of batches or a fraction of them."""
+    ok = _is_int(v) and v >= 0 or _is_number(v) and 0 <= v <= 1
+    return None if ok else "must be a number of batches (an integer >= 0) or a fraction in [0, 1]"
+
+
+def betas(v) -> str | None:
+    ok = isinstance(v, ListConfig | list) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+    return None if ok else "must be two numbers in [0, 1), e.g. [0.9, 0.99]"
+
+
+def sha256(v) -> str | None:
+    ok = isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdefABCDEF" for c in v)
+    return None if ok else "must be the file's SHA-256 (64 hex digits)"
+
+
+def accelerator(v) -> str | None:
+    names = sorted(AcceleratorRegistry.available_accelerators())
+    if v == "auto":
+        return None
+    if v not in (*names, "gpu"):
+        return f"must be one of auto, gpu, {', '.join(names)}"
+    wanted = ("cuda", "mps") if v == "gpu" else (v,)
+    if not any(AcceleratorRegistry[name]["accelerator"].is_available() for name in wanted):
+        return "is not available on this machine: use trainer=cpu, or trainer.accelerator=auto"
+    return None
+
+
+def strategy(v) -> str | None:
+    names = ("auto", *StrategyRegistry.available_strategies())
+    ok = v in names or isinstance(v, DictConfig) and "_target_" in v
+    return None if ok else "must be auto, a Lightning strategy name such as ddp, or a _target_ entry"
+
+
+def file_name(v) -> str | None:
+    return None if isinstance(v, str) or _is_int(v) else "must be a file path"
+
+
+PRECISIONS = [p for literal in typing.get_args(_PRECISION_INPUT) for p in typing.get_args(literal)]
+
+RULES: dict[str, Rule] = {
+    "seed": integer(0, 2**32 - 1),  # what numpy's seed accepts
+    "threads": nullable(integer()),
+    "ckpt_path": nullable(file_name),
+    "data.path": nullable(file_name),
+    "data.tokenizer": one_of(*TOKENIZERS),
+    "data.bpe_vocab_size": integer(),  # >= MIN_BPE_VOCAB when used: see config_errors
+    "data.batch_size": integer(),
+    "data.val_fraction": number(0, 1, "()"),
+    "data.val_batches": integer(),
+    "data.repeat": integer(),
+    "data.max_mib": number(0, brackets="(]"),
+    "data.encoding": encoding_problem,
+    "data.errors": errors_problem,
+    "data.url": nullable(text("a URL")),
+    "data.sha256": nullable(sha256),
+    "optim.lr": number(0, brackets="(]"),
+    "optim.weight_decay": number(0),
+    "optim.betas": betas,
+    "optim.warmup_steps": integer(0),
+    "optim.decay_steps": integer(0),
+    "optim.min_lr_ratio": number(0, 1),
+    "trainer.accelerator": accelerator,
+    "trainer.num_nodes": integer(),
+    "trainer.strategy": strategy,
+    "trainer.precision": nullable(one_of(*PRECISIONS)),
+    "trainer.max_steps": integer(),
+    "trainer.val_check_interval": integer(),  # steps: the training stream has no epochs
+    "trainer.check_val_every_n_epoch": nullable(integer()),
+    "trainer.num_sanity_val_steps": integer(-1),
+    "trainer.log_every_n_steps": integer(),
+    "trainer.gradient_clip_val": nullable(number(0)),
+    "trainer.gradient_clip_algorithm": nullable(one_of("norm", "value")),
+    "trainer.enable_progress_bar": one_of(True, False),
+    "trainer.enable_model_summary": one_of(True, False),
+    "trainer.enable_checkpointing": one_of(True, False),
+    "trainer.use_distributed_sampler": one_of(True, False),
+    "trainer.deterministic": nullable(one_of(True, False, "warn")),
+    "trainer.overfit_batches": batches,
+    "trainer.limit_train_batches": batches,
+    "trainer.limit_val_batches": batches,
+}
+# Trainer arguments passed through untouched (Lightning checks them); train.py sets these three itself.
+TRAINER_ARGS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
+
+
+def devices_problem(trainer: DictConfig) -> str | None:
+    """trainer.devices: a count (or auto); for GPUs also -1 (all) or a list of indices, and no more than exist."""
+    devices, name = trainer.get("devices"), trainer.get("accelerator")
+    gpus = name in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    if _is_int(devices) and devices > 0 or devices == "auto":
+        if gpus and _is_int(devices) and devices > torch.cuda.device_count():
+            return (f"trainer.devices={devices} but this machine has {torch.cuda.device_count()} CUDA device(s): "
+                    f"use trainer.devices={torch.cuda.device_count()} or fewer")
+        return None
+    listed = isinstance(devices, ListConfig) and len(devices) > 0 and all(_is_int(d) and d >= 0 for d in devices)
+    if name != "cpu" and (devices == -1 or listed):
+        return None
+    return f"trainer.devices={devices!r} must be a positive integer or auto (GPUs: also -1 for all, or [0, 1, ...])"
+
+
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """Keys added with ``+`` that nothing reads (data, optim) or that the Trainer does not take.
+
+    Every data and optim key has a rule; trainer.devices is checked by ``devices_problem``.
+    """
+    problems = [f"{group}.{key} is unknown: remove it (the {group} settings are in conf/{group}/)"
+                for group in ("data", "optim") for key in cfg[group] if f"{group}.{key}" not in RULES]
+    problems += [f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
+                 for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS]
+    return problems
 
 
 def config_errors(cfg: DictConfig) -> list[str]:
@@ -24,37 +194,20 @@ def config_errors(cfg: DictConfig) -> list[str]:
     problems = model_config_problems({**model, "vocab_size": 1})
     if not isinstance(compile_model, bool):
         problems.append(f"model.compile={compile_model!r} must be true or false")
+    missing = object()
+    for key, rule in RULES.items():
+        value = OmegaConf.select(cfg, key, default=missing)
+        if value is not missing and (problem := rule(value)):
+            problems.append(f"{key}={value!r} {problem}")
     data = cfg.data
-    for key in ("batch_size", "val_batches", "repeat"):
-        if not _positive_int(data[key]):
-            problems.append(f"data.{key}={data[key]!r} must be a positive integer")
-    if not isinstance(data.val_fraction, int | float) or not 0 < data.val_fraction < 1:
-        problems.append(f"data.val_fraction={data.val_fraction!r} must be in (0, 1)")
-    if data.tokenizer not in TOKENIZERS:
-        problems.append(f"data.tokenizer={data.tokenizer!r}: choose one of {', '.join(TOKENIZERS)}")
-    if data.tokenizer == "bpe" and not (_positive_int(data.bpe_vocab_size) and data.bpe_vocab_size >= MIN_BPE_VOCAB):
+    if data.tokenizer == "bpe" and _is_int(data.bpe_vocab_size) and data.bpe_vocab_size < MIN_BPE_VOCAB:
         problems.append(
             f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
             "(BPE starts from the 256 byte values), e.g. 512"
         )
-    optim = cfg.optim
-    if not isinstance(optim.lr, int | float) or optim.lr <= 0:
-        problems.append(f"optim.lr={optim.lr!r} must be a positive number")
-    if optim.weight_decay < 0:
-        problems.append(f"optim.weight_decay={optim.weight_decay!r} must be >= 0")
-    if optim.warmup_steps < 0 or optim.decay_steps < 0:
-        problems.append("optim.warmup_steps and optim.decay_steps must be >= 0")
-    trainer = cfg.trainer
-    if not _positive_int(trainer.max_steps):
-        problems.append(f"trainer.max_steps={trainer.max_steps!r} must be a positive integer")
-    interval = trainer.val_check_interval
-    if not _positive_int(interval):
-        problems.append(
-            f"trainer.val_check_interval={interval!r} must be a positive number of steps"
-        )
-    if cfg.threads is not None and not _positive_int(cfg.threads):
-        problems.append(f"threads={cfg.threads!r} must be a positive integer or null")
-    return problems
+    if problem := devices_problem(cfg.trainer):
+        problems.append(problem)
+    return problems + unknown_keys(cfg)
 
 
 def validate(cfg: DictConfig) -> None:

@@ -13,6 +13,7 @@ a fixed, seeded set of windows so val loss is comparable across steps and runs.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import urllib.request
 from importlib import resources
@@ -24,9 +25,13 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tinylm.errors import TinyLMError
+from tinylm.textfile import MIB, encoding_problem, errors_problem, read_capped_bytes
 from tinylm.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CORPUS = "attention_zh.txt"
+DEFAULT_MAX_MIB = 1024  # data.max_mib: far above any corpus a CPU trains on, far below a runaway read
 
 
 def default_corpus_path() -> Path:
@@ -54,14 +59,25 @@ def download(url: str, dest: Path, sha256: str | None) -> None:
     os.replace(tmp, dest)
 
 
-def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict") -> str:
-    """Read a text file, turning every way it can go wrong into one clear TinyLMError."""
-    path = Path(path)
+def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:
+    """The bytes of the data file: a regular file of at most ``max_mib`` MiB, or one clear TinyLMError."""
     if not path.exists():
         raise TinyLMError(f"data file not found: {path} (set data.path to an existing text file)")
-    if path.is_dir():
-        raise TinyLMError(f"data.path is a directory, not a file: {path} (name a text file in it)")
-    raw = path.read_bytes()
+    return read_capped_bytes(path, "data.path", max_mib, "data.max_mib")
+
+
+def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "strict") -> str:
+    """Decode a data file's bytes; drop a leading byte order mark and read CRLF line endings as LF.
+
+    A BOM is a marker, not text. Windows line endings would otherwise put a ``\\r`` symbol before
+    every newline the model learns; lone CRs and NUL characters are kept (they may mean something)
+    but reported in one warning, as they usually mean a wrong encoding or a binary file.
+    """
+    problems = [f"data.{key}={value!r} {problem}"
+                for key, value, problem in (("encoding", encoding, encoding_problem(encoding)),
+                                            ("errors", errors, errors_problem(errors))) if problem]
+    if problems:
+        raise TinyLMError("; ".join(problems))
     try:
         text = raw.decode(encoding, errors=errors)
     except UnicodeDecodeError as e:
@@ -70,11 +86,27 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "s
             f"cannot be decoded; set data.encoding=... to the file's encoding or "
             f"data.errors=replace to replace bad bytes"
         ) from None
-    except LookupError:
-        raise TinyLMError(f"unknown data.encoding={encoding!r} (e.g. utf-8, gbk, latin-1)") from None
+    text = text.removeprefix("\ufeff")
     if not text:
         raise TinyLMError(f"data file is empty: {path} (give it some text to learn from)")
+    crlf = text.count("\r\n")
+    if crlf:
+        text = text.replace("\r\n", "\n")
+    lone_cr, nul = text.count("\r"), text.count("\0")
+    found = [(crlf, "CRLF line endings (read as LF; convert the file with dos2unix to skip this)"),
+             (lone_cr, "lone CR characters (kept as symbols: replace them with newlines)"),
+             (nul, "NUL characters (kept as symbols: a binary or UTF-16 file? check data.encoding, or remove them)")]
+    notes = [f"{count:,} {what}" for count, what in found if count]
+    if notes:
+        log.warning("%s has %s", path, "; ".join(notes))
     return text
+
+
+def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict",
+              max_mib: float = DEFAULT_MAX_MIB) -> str:
+    """Read a text file, turning every way it can go wrong into one clear TinyLMError."""
+    path = Path(path)
+    return decode_text(read_data_bytes(path, max_mib), path, encoding, errors)
 
 
 def encode_array(tokenizer: Tokenizer, text: str) -> torch.Tensor:
@@ -132,6 +164,7 @@ class TextDataModule(L.LightningDataModule):
         url: str | None = None,
         sha256: str | None = None,
         bpe_vocab_size: int = 512,
+        max_mib: float = DEFAULT_MAX_MIB,
     ):
         super().__init__()
         self.path = Path(path) if path else default_corpus_path()
@@ -140,6 +173,7 @@ class TextDataModule(L.LightningDataModule):
         self.val_fraction, self.val_batches = val_fraction, val_batches
         self.repeat, self.encoding, self.errors = repeat, encoding, errors
         self.seed, self.url, self.sha256 = seed, url, sha256
+        self.max_mib = max_mib
         self.tokenizer: Tokenizer | None = None
 
     def prepare(self) -> None:
@@ -148,7 +182,14 @@ class TextDataModule(L.LightningDataModule):
             return
         if not self.path.exists() and self.url:
             download(self.url, self.path, self.sha256)
-        text = read_text(self.path, self.encoding, self.errors) * self.repeat
+        raw = read_data_bytes(self.path, self.max_mib)
+        if len(raw) * self.repeat > self.max_mib * MIB:  # before the repeated text is built
+            raise TinyLMError(
+                f"data.repeat={self.repeat} makes {len(raw) * self.repeat / MIB:,.0f} MiB of text from {self.path}, "
+                f"over the data.max_mib={self.max_mib:g} limit: use data.repeat={int(self.max_mib * MIB // len(raw))} "
+                f"or less, or raise data.max_mib"
+            )
+        text = decode_text(raw, self.path, self.encoding, self.errors) * self.repeat
         self.num_chars = len(text)
         # Split the text (not the ids) so the validation text's exact character count is known.
         n_val_chars = int(len(text) * self.val_fraction)

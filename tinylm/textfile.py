@@ -1,4 +1,4 @@
-"""Reading a user's file safely: only regular files, and never more than a size cap.
+"""Reading a user's file safely: only regular files, never more than a size cap, known codecs.
 
 ``/dev/zero`` would be read without end, a FIFO with no writer would block forever, and a
 directory or a socket has no text: each is refused with one line before a byte is read.
@@ -13,6 +13,8 @@ from pathlib import Path
 from tinylm.errors import TinyLMError
 
 MIB = 1 << 20
+CHUNK = 16 * MIB  # what a file that grows while being read is read on by
+DECODE_HANDLERS = "strict, replace, ignore or backslashreplace"
 
 
 def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key: str) -> bytes:
@@ -41,7 +43,11 @@ def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key
         )
     try:
         with open(path, "rb") as f:
-            data = f.read(limit + 1)  # a file that grows while we read still stops at the cap
+            # Sized by the file, not by the cap (a read of n bytes reserves n bytes first); a file
+            # that grows while being read (or a /proc file, which says 0) is read on up to the cap.
+            data = f.read(info.st_size + 1)
+            while len(data) <= limit and (more := f.read(min(CHUNK, limit + 1 - len(data)))):
+                data += more
     except OSError as e:
         raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
     if len(data) > limit:
@@ -50,3 +56,29 @@ def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key
             f"raise it with {cap_key}=N (MiB) if you really mean it"
         )
     return data
+
+
+def encoding_problem(encoding) -> str | None:
+    """What is wrong with a text encoding name (``must be ...``), or None when bytes decode with it."""
+    try:
+        b"a".decode(encoding)  # looks the codec up; bytes-to-bytes codecs (hex, rot13) are refused
+    except (LookupError, TypeError):
+        return "must be a text encoding Python knows, e.g. utf-8, gbk or latin-1"
+    except UnicodeDecodeError:  # utf-16 and the like: "a" is too short, but the codec is real
+        pass
+    return None
+
+
+def errors_problem(errors) -> str | None:
+    """What is wrong with a decoding error handler (``must be ...``), or None when it yields valid text.
+
+    Refused: unknown names, encode-only handlers (xmlcharrefreplace, namereplace) and those that
+    leave lone surrogates in the text (surrogateescape, surrogatepass), which no tokenizer can encode.
+    """
+    try:
+        b"\xed\xa0\x80".decode("utf-8", errors).encode("utf-8")  # an encoded surrogate: invalid UTF-8
+    except UnicodeDecodeError:  # strict: a real handler that refuses the bytes
+        pass
+    except (LookupError, TypeError, UnicodeEncodeError):
+        return f"must be a decoding error handler: {DECODE_HANDLERS}"
+    return None

@@ -52,6 +52,7 @@ def build_datamodule(cfg: DictConfig) -> TextDataModule:
         url=data.url,
         sha256=data.sha256,
         bpe_vocab_size=data.bpe_vocab_size,
+        max_mib=data.max_mib,
     )
 
 
