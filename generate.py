@@ -19,38 +19,29 @@ import torch
 from omegaconf import DictConfig
 
 from tinylm.checkpoint import find_checkpoint, load_model
+from tinylm.cli import quiet_broken_pipe, quote_values, run_command
 from tinylm.errors import TinyLMError
 from tinylm.generation import check_sampling, encode_prompt, stream_text
+from tinylm.textfile import read_capped_bytes
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
 
-TEXT_KEYS = ("prompt", "stop")  # free text on the command line, never Hydra syntax
+TEXT_KEYS = ("prompt", "stop")  # free text on the command line, taken literally (\n, \t unescaped)
+PATH_KEYS = ("ckpt_path", "run_dir", "prompt_file", "paths.log_dir")  # quoted, never unescaped
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-SEPARATOR = "\n---\n"
-
-
-def quote_text_overrides(argv: list[str], keys: tuple[str, ...] = TEXT_KEYS) -> list[str]:
-    """Quote ``prompt=...`` and ``stop=...`` (or other ``keys``) so Hydra takes any text literally.
-
-    Hydra's override grammar rejects unquoted non-ASCII values, so ``prompt=我正在学习`` (what
-    the shell passes for prompt="我正在学习") would fail; already quoted values are left alone.
-    Inside Hydra quotes only a quote, and backslashes right before one, need escaping.
-    """
-    quoted = []
-    for arg in argv:
-        key, eq, value = arg.partition("=")
-        if eq and key in keys and value and value[0] not in "'\"":
-            value = re.sub(r"(\\*)(')", r"\1\1\\\2", value)  # \' -> \\\'  and ' -> \'
-            value = re.sub(r"(\\+)$", r"\1\1", value)  # a final backslash must not eat the quote
-            arg = f"{key}='{value}'"
-        quoted.append(arg)
-    return quoted
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # control characters but tab and newline
 
 
 def unescape(text: str) -> str:
     """Turn the two-character sequences \\n, \\t and \\\\ into newline, tab and backslash."""
     return re.sub(r"\\([nt\\])", lambda m: ESCAPES[m.group(1)], text)
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: control characters (ESC, CR, ...) shown as ``\\x1b`` instead of
+    obeyed; newline and tab kept. A byte or BPE model can emit any of them."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def read_prompt(cfg: DictConfig) -> str:
@@ -59,12 +50,12 @@ def read_prompt(cfg: DictConfig) -> str:
     if not cfg.prompt_file:
         return unescape("" if cfg.prompt is None else str(cfg.prompt))
     path = Path(hydra.utils.to_absolute_path(str(cfg.prompt_file)))
+    data = read_capped_bytes(path, "prompt_file", cfg.prompt_max_mib, "prompt_max_mib")
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TinyLMError(f"prompt_file {path} does not exist: check the path") from None
-    except (OSError, UnicodeDecodeError) as e:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise TinyLMError(f"prompt_file {path} cannot be read as UTF-8 text ({e})") from None
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")  # as training reads its text
 
 
 def check_options(cfg: DictConfig) -> None:
@@ -74,6 +65,10 @@ def check_options(cfg: DictConfig) -> None:
         raise TinyLMError(f"seed={cfg.seed!r} must be an integer, or null for a fresh one")
     if cfg.threads is not None and (type(cfg.threads) is not int or cfg.threads < 1):
         raise TinyLMError(f"threads={cfg.threads!r} must be an integer >= 1, or null")
+    if type(cfg.use_cache) is not bool:
+        raise TinyLMError(f"use_cache={cfg.use_cache!r} must be true or false")
+    if type(cfg.prompt_max_mib) not in (int, float) or not 0 < cfg.prompt_max_mib < float("inf"):
+        raise TinyLMError(f"prompt_max_mib={cfg.prompt_max_mib!r} must be a number > 0 (MiB), e.g. 1")
 
 
 def run(cfg: DictConfig) -> None:
@@ -95,28 +90,35 @@ def run(cfg: DictConfig) -> None:
     generator = torch.Generator().manual_seed(seed)
     stop = unescape(str(cfg.stop)) if cfg.stop not in (None, "") else None
     shown_prompt = loaded.tokenizer.decode(prompt_ids) if prompt else ""
+    last = ""  # the last character written: a sample ends its line only if it did not already
+
+    def write(text: str) -> None:
+        nonlocal last
+        if text:
+            sys.stdout.write(printable(text))
+            sys.stdout.flush()
+            last = text[-1]
+
     for i in range(cfg.num_samples):
-        sys.stdout.write((SEPARATOR if i else "") + shown_prompt)
+        if i:
+            write(("" if last == "\n" else "\n") + "---\n")
+        write(shown_prompt)
         for piece in stream_text(
             loaded.model, loaded.tokenizer, prompt_ids, cfg.max_new_tokens, stop=stop,
             temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
             generator=generator, use_cache=cfg.use_cache,
         ):
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-    sys.stdout.write("\n")
+            write(piece)
+    if last != "\n":
+        write("\n")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except TinyLMError as e:
-        raise SystemExit(f"error: {e}") from None
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
+    run_command(run, cfg)
 
 
 if __name__ == "__main__":
-    sys.argv = quote_text_overrides(sys.argv)
-    main()
+    sys.argv = quote_values(quote_values(sys.argv, TEXT_KEYS, literal=True), PATH_KEYS)
+    with quiet_broken_pipe():
+        main()

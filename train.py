@@ -25,7 +25,7 @@ except KeyboardInterrupt:
     sys.exit(130)
 
 ROOT = Path(__file__).resolve().parent
-PATH_KEYS = ("data.path", "ckpt_path")  # file names on the command line, taken literally
+PATH_KEYS = ("data.path", "ckpt_path")  # file names on the command line, quoted for Hydra
 # Run folders and caches live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(ROOT))
 
@@ -39,7 +39,8 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     try:
-        sys.argv = quote_values(sys.argv, PATH_KEYS)
+        if not {"-m", "--multirun"} & set(sys.argv):  # in a sweep, data.path=a.txt,b.txt is two jobs
+            sys.argv = quote_values(sys.argv, PATH_KEYS)
         sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
         register_resolvers()
         main()

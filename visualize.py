@@ -16,15 +16,18 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from generate import quote_text_overrides
 from tinylm import plotting
 from tinylm.checkpoint import find_checkpoint, load_model
+from tinylm.cli import quiet_broken_pipe, quote_values, run_command
 from tinylm.errors import TinyLMError
 from tinylm.rnn import RNNLanguageModel
 from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
+
+TEXT_KEYS = ("text",)  # free text, taken literally
+PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
 
 
 def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:
@@ -68,7 +71,8 @@ def run(cfg: DictConfig) -> list[Path]:
     if isinstance(loaded.model, RNNLanguageModel):
         raise TinyLMError(f"checkpoint {path} holds an {loaded.model.config.arch} model, which has no attention "
                           "to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
-    ids = encode_text(loaded.tokenizer, str(cfg.text), loaded.model.config.block_size)
+    ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),
+                      loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
                else path.parent / f"{path.stem}-attention")
     written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir,
@@ -80,12 +84,10 @@ def run(cfg: DictConfig) -> list[Path]:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="visualize")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except TinyLMError as e:
-        raise SystemExit(f"error: {e}") from None
+    run_command(run, cfg)
 
 
 if __name__ == "__main__":
-    sys.argv = quote_text_overrides(sys.argv, keys=("text",))
-    main()
+    sys.argv = quote_values(quote_values(sys.argv, TEXT_KEYS, literal=True), PATH_KEYS)
+    with quiet_broken_pipe():
+        main()

@@ -72,6 +72,16 @@ def test_state_is_plain_data_and_training_is_reproducible(bpe):
     assert BPETokenizer.train(TRAINING_TEXT, vocab_size=320).state() == state  # resume needs this
 
 
+@pytest.mark.parametrize(("json", "message"), [
+    ("{not json", "the BPE tokenizer's json cannot be read (key must be a string at line 1 column 2)"),
+    (None, "the BPE tokenizer's json must be a string, not NoneType"),
+])
+def test_damaged_json_is_one_clear_value_error(json, message):
+    with pytest.raises(ValueError) as info:
+        tokenizer_from_state({"kind": "bpe", "json": json})
+    assert str(info.value) == message
+
+
 def test_decode_piece_holds_back_half_characters(bpe):
     ids = bpe.encode("梦")  # unseen: three single-byte tokens
     assert len(ids) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -176,12 +177,51 @@ def test_inconsistent_checkpoints_are_refused(tmp_path):
     bad_config = save_checkpoint(tmp_path / "bad_config.ckpt", model,
                                  model_config={**asdict(model.config), "num_heads": 3})
     message = one_line_error(load_model, bad_config)
-    assert "does not describe a valid tinylm model" in message and "num_heads=3" in message
+    assert f"checkpoint {bad_config} is not a valid tinylm checkpoint: " in message and "num_heads=3" in message
 
     wrong_size = save_checkpoint(tmp_path / "wrong_size.ckpt", model,
                                  model_config={**asdict(model.config), "n_embd": 16})
     message = one_line_error(load_model, wrong_size)
-    assert "does not describe a valid tinylm model" in message and "size mismatch" in message
+    assert "is not a valid tinylm checkpoint: " in message and "size mismatch" in message
 
-    bad_tokenizer = save_checkpoint(tmp_path / "bad_tok.ckpt", model, tokenizer={"kind": "wordpiece"})
-    assert "unknown tokenizer kind 'wordpiece'" in one_line_error(load_model, bad_tokenizer)
+
+def bpe_json(vocab: dict[str, int]) -> str:
+    """A tokenizers JSON whose model has this vocabulary (a word-level one: parses, but is not ours)."""
+    return json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "a"}})
+
+
+@pytest.mark.parametrize(("tokenizer", "reason"), [
+    ({"kind": "bpe", "json": "{not json"}, "the BPE tokenizer's json cannot be read (key must be a string"),
+    ({"kind": "bpe", "json": "{}"}, "the BPE tokenizer's json cannot be read (Model missing."),
+    ({"kind": "bpe", "json": 5}, "the BPE tokenizer's json must be a string, not int"),
+    ({"kind": "bpe", "json": bpe_json({"a": 0, "b": 7})}, "the BPE tokenizer's ids are not 0 .. vocab_size - 1"),
+    ({"kind": "bpe", "json": bpe_json({"a": 0, "€": 1})}, "token '€' is not spelled in byte-level symbols"),
+    ({"kind": "char", "itos": "\nabcd"}, "the char tokenizer's itos is not a list of single characters"),
+    ({"kind": "char", "itos": [0, 1, 2, 3, 4]}, "the char tokenizer's itos is not a list of single characters"),
+    ({"kind": "char", "itos": ["ab", "c", "d", "e", "f"]}, "itos is not a list of single characters"),
+    ({"kind": "char"}, "the char tokenizer's itos is not a list of single characters"),
+    ({"kind": "char", "itos": ["a", "b"]}, "the tokenizer has 2 symbols but the model's vocab_size is 5"),
+    ({"kind": "byte"}, "the tokenizer has 256 symbols but the model's vocab_size is 5"),
+    ("char", "the tokenizer must be a dict, not str"),
+    ({"kind": "wordpiece"}, "unknown tokenizer kind 'wordpiece': expected one of char, byte, bpe"),
+    ({"itos": list("\nabcd")}, "unknown tokenizer kind None"),
+], ids=["bpe-not-json", "bpe-not-a-tokenizer", "bpe-json-int", "bpe-ids-gap", "bpe-not-byte-level",
+        "itos-string", "itos-ints", "itos-words", "itos-missing", "itos-short", "byte-vs-5", "tokenizer-string",
+        "unknown-kind", "no-kind"])
+def test_damaged_tokenizers_are_one_line(tmp_path, tokenizer, reason):
+    path = save_checkpoint(tmp_path / "damaged.ckpt", tokenizer=tokenizer)  # the real tiny model's weights
+    message = one_line_error(load_model, path)
+    assert message.startswith(f"checkpoint {path} is not a valid tinylm checkpoint: ")
+    assert reason in message and message.endswith("use a checkpoint saved by tinylm's train.py")
+
+
+def test_damaged_model_parts_are_one_line(tmp_path):
+    good = torch.load(save_checkpoint(tmp_path / "good.ckpt"), weights_only=True)
+    for name in ("state_dict", "model_config"):
+        path = tmp_path / f"bad_{name}.ckpt"
+        torch.save({**good, name: "gpt"}, path)
+        message = one_line_error(load_model, path)
+        assert f"checkpoint {path} is not a valid tinylm checkpoint: the {name} must be a dict, not str" in message
+    path = tmp_path / "bad_weight.ckpt"
+    torch.save({**good, "state_dict": {**good["state_dict"], "model.lm_head.bias": "zeros"}}, path)
+    assert "is not a valid tinylm checkpoint: " in one_line_error(load_model, path)

@@ -8,12 +8,15 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
 from hydra import compose, initialize_config_dir
 
+from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.generation import (
     check_sampling,
@@ -177,6 +180,19 @@ def test_temperature_zero_is_argmax():
     assert sample_next(logits, temperature=0, top_k=1, top_p=0.1).tolist() == [1, 0]
 
 
+def test_a_tiny_temperature_is_greedy_not_a_crash():
+    """logits / 1e-40 overflows to inf and inf - inf = NaN: the row max is subtracted first."""
+    logits = torch.randn(64, 11, generator=torch.Generator().manual_seed(0)) * 5
+    greedy = logits.argmax(dim=-1)
+    for temperature in (1e-40, 1e-300, 5e-324):
+        assert torch.equal(sample_next(logits, temperature), greedy)
+        assert torch.equal(sample_next(logits, temperature, top_k=3, top_p=0.5), greedy)
+    model = tiny_model()
+    prompt = torch.randint(11, (3, 2), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(generate(model, prompt, 20, temperature=1e-40),
+                       generate(model, prompt, 20, temperature=0))
+
+
 def test_same_seed_same_text_and_different_seed_different_text():
     model = tiny_model()
     prompt = torch.zeros(2, 1, dtype=torch.long)
@@ -193,6 +209,7 @@ def test_same_seed_same_text_and_different_seed_different_text():
     ("kwargs", "message"),
     [
         ({"temperature": -0.5}, "temperature=-0.5 must be a number >= 0"),
+        ({"temperature": float("nan")}, "temperature=nan must be a number >= 0"),
         ({"top_k": 0}, "top_k=0 must be an integer >= 1"),
         ({"top_k": 2.5}, "top_k=2.5 must be an integer >= 1"),
         ({"top_p": 0}, "top_p=0 must be in (0, 1]"),
@@ -322,19 +339,10 @@ def test_generate_py_imports_no_training_stack():
     assert proc.stdout.strip() == "[]"
 
 
-def test_text_overrides_are_quoted_for_hydra():
-    quote = generate_cli.quote_text_overrides
-    assert quote(["generate.py", "prompt=我正在学习", "top_k=5"]) == [
-        "generate.py", "prompt='我正在学习'", "top_k=5"]
-    assert quote(["prompt='kept'", 'stop="x"', "stop=", r"stop=\n"]) == [
-        "prompt='kept'", 'stop="x"', "stop=", r"stop='\n'"]
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    for text in ["it's", "a\\", "a\\'b", "你好, world = 1"]:
-        (override,) = parser.parse_overrides(quote([f"prompt={text}"]))
-        assert override.value() == text
+def test_unescape_and_printable():
     assert generate_cli.unescape(r"a\nb\tc\\n") == "a\nb\tc\\n"
+    text = "a\x1b[2Jb\rc\x00\x7f\x9b\td\n我"
+    assert generate_cli.printable(text) == "a\\x1b[2Jb\\x0dc\\x00\\x7f\\x9b\td\n我"
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +365,19 @@ def run_generate(*overrides: str, cwd=ROOT):
                           cwd=cwd, env=env)
 
 
+def split_samples(out: str, length: int) -> list[str]:
+    """The samples of generate.py's output, each ``length`` characters; checks how lines end.
+
+    Samples are separated by a line ``---``, and each sample ends its line: a newline is added
+    after it unless its text already ends with one.
+    """
+    parts = out.split("---\n")  # TINY_TEXT has no "-"
+    samples = [part[:length] for part in parts]
+    for part, sample in zip(parts, samples, strict=True):
+        assert part == sample + ("" if sample.endswith("\n") else "\n")
+    return samples
+
+
 def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path):
     ckpt = tmp_path / "model.ckpt"
     shutil.copy(next((trained_run / "checkpoints").glob("best-*.ckpt")), ckpt)
@@ -364,11 +385,10 @@ def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path):
                         "num_samples=2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"checkpoint: {ckpt}" in proc.stderr and "seed=3" in proc.stderr
-    assert proc.stdout.endswith("\n")
-    samples = proc.stdout[:-1].split("\n---\n")
+    samples = split_samples(proc.stdout, 4 + 40)
     assert len(samples) == 2 and samples[0] != samples[1]
     for sample in samples:
-        assert sample.startswith("自注意力") and len(sample) == 4 + 40
+        assert sample.startswith("自注意力")
         assert set(sample) <= set(TINY_TEXT)
     assert list(tmp_path.iterdir()) == [ckpt]  # no Hydra folders or logs
 
@@ -411,9 +431,8 @@ def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
     out, err = capsys.readouterr()
     assert f"checkpoint: {trained_run / 'checkpoints'}" in err and "best-step" in err
     assert out.startswith("自") and out.endswith("\n")
-    generated = out[1:-1]  # without the prompt and the final newline
-    assert "\n" not in generated[:-1]  # nothing after the first newline
-    assert generated.endswith("\n") or len(generated) == 60
+    generated = out[1:-1]  # without the prompt and the one newline that ends the line
+    assert "\n" not in generated  # the stop newline, if reached, is that one: no blank line
     generate_cli.run(cfg)
     assert capsys.readouterr().out == out  # greedy: the same every time
 
@@ -428,7 +447,13 @@ def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
         (["seed=abc"], "seed='abc' must be an integer"),
         (["threads=0"], "threads=0 must be an integer >= 1"),
         (["prompt=a", "prompt_file=x.txt"], "both prompt and prompt_file are set"),
-        (["prompt_file=/no/such/file.txt"], "prompt_file /no/such/file.txt does not exist"),
+        (["prompt_file=/no/such/file.txt"], "prompt_file: file not found: /no/such/file.txt"),
+        (["prompt_file=/dev/zero"], "prompt_file=/dev/zero is a device or socket, not a regular file"),
+        (["prompt_file=/"], "prompt_file is a directory, not a file: /"),
+        (["use_cache=foo"], "use_cache='foo' must be true or false"),
+        (["use_cache=1"], "use_cache=1 must be true or false"),
+        (["prompt_max_mib=0"], "prompt_max_mib=0 must be a number > 0 (MiB)"),
+        (["temperature=nan"], "temperature=nan must be a number >= 0"),
         (["ckpt_path=/no/such.ckpt"], "checkpoint file /no/such.ckpt does not exist"),
         (["run_dir=/no/such/run"], "run folder /no/such/run does not exist"),
         (["ckpt_path=a.ckpt", "run_dir=b"], "both ckpt_path and run_dir are set"),
@@ -456,7 +481,8 @@ def test_empty_prompt_prints_only_the_continuation(trained_run, capsys):
     cfg = compose_generate(f"run_dir={trained_run}", "max_new_tokens=12", "seed=0")
     generate_cli.run(cfg)
     out = capsys.readouterr().out
-    assert len(out) == 12 + 1 and set(out) <= set(TINY_TEXT)  # the starting newline is not shown
+    (sample,) = split_samples(out, 12)  # the starting newline is not shown
+    assert set(sample) <= set(TINY_TEXT)
 
 
 def test_prompt_file_and_skip_unknown(trained_run, tmp_path, capsys):
@@ -466,4 +492,112 @@ def test_prompt_file_and_skip_unknown(trained_run, tmp_path, capsys):
                            "max_new_tokens=5", "seed=1")
     generate_cli.run(cfg)
     out = capsys.readouterr().out
-    assert out.startswith("自注意力\n") and len(out) == len("自注意力\n") + 5 + 1
+    (sample,) = split_samples(out, len("自注意力\n") + 5)
+    assert sample.startswith("自注意力\n")
+
+
+# --------------------------------------------------------------------------------------------
+# generate.py with scripted checkpoints: exact output, no training needed
+
+
+def scripted_checkpoint(path: Path, vocab: str, script: str) -> Path:
+    """A checkpoint (char tokenizer over ``vocab``) whose greedy next token after position t is
+    ``script[t]``: from the empty prompt (a newline at position 0) it writes ``script``."""
+    tokenizer = CharTokenizer(sorted(set(vocab)))
+    model = scripted_model(tokenizer.encode(script), tokenizer.vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "model_config": asdict(model.config), "tokenizer": tokenizer.state(),
+                "global_step": 1}, path)
+    return path
+
+
+def generated(capsys, *overrides: str) -> str:
+    generate_cli.run(compose_generate("temperature=0", *overrides))
+    return capsys.readouterr().out
+
+
+def test_a_sample_ends_its_line_once(tmp_path, capsys):
+    ckpt = "ckpt_path=" + str(scripted_checkpoint(tmp_path / "lines.ckpt", "ab\n", "ab\nab\n"))
+    assert generated(capsys, ckpt, "max_new_tokens=6", "stop='\\n'") == "ab\n"
+    assert generated(capsys, ckpt, "max_new_tokens=6", "stop='\\n'", "num_samples=2") == "ab\n---\nab\n"
+    assert generated(capsys, ckpt, "max_new_tokens=6") == "ab\nab\n"  # ends in a newline: none added
+    assert generated(capsys, ckpt, "max_new_tokens=5") == "ab\nab\n"  # the newline ending the line
+    assert generated(capsys, ckpt, "max_new_tokens=2", "num_samples=2") == "ab\n---\nab\n"
+
+
+def test_control_characters_are_printed_escaped(tmp_path, capsys):
+    vocab = "\n\t\x1b\ra[2J"
+    ckpt = scripted_checkpoint(tmp_path / "controls.ckpt", vocab, "\x1b[2Ja\t\r\n")
+    assert generated(capsys, f"ckpt_path={ckpt}", "max_new_tokens=8") == "\\x1b[2Ja\t\\x0d\n"
+    loaded = load_model(ckpt)  # the library still decodes exactly
+    text = "".join(stream_text(loaded.model, loaded.tokenizer, [0], 8, temperature=0))
+    assert text == "\x1b[2Ja\t\r\n"
+
+
+def test_prompt_file_must_be_a_small_utf8_regular_file(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # no writer: reading it would block forever
+    assert f"prompt_file={fifo} is a FIFO, not a regular file" in str(run_expecting_error(f"prompt_file={fifo}"))
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * 2000)
+    message = str(run_expecting_error(f"prompt_file={big}", "prompt_max_mib=0.001"))
+    assert f"prompt_file={big} is 0.0 MiB, over the 0.001 MiB limit: raise it with prompt_max_mib=N" in message
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café".encode("latin-1"))
+    assert "cannot be read as UTF-8 text" in str(run_expecting_error(f"prompt_file={latin1}"))
+
+
+def test_prompt_file_path_is_quoted_and_never_unescaped(tmp_path):
+    path = tmp_path / "my 提示 a\\nb's.txt"  # a backslash-n in a path is two characters
+    path.write_bytes("\ufeff第一行\r\n二\r三\n".encode())
+    overrides = generate_cli.quote_values([f"prompt_file={path}"], generate_cli.PATH_KEYS)
+    assert generate_cli.read_prompt(compose_generate(*overrides)) == "第一行\n二\r三\n"  # as training reads
+
+
+def run_cli(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True,
+                          encoding="utf-8", timeout=120, cwd=cwd, env=env)
+
+
+def test_generate_py_quotes_paths_and_takes_text_literally(tmp_path):
+    ckpt = scripted_checkpoint(tmp_path / "my 模型 run" / "checkpoints" / "last.ckpt", "\na${b}c", "}}}}c\na")
+    proc = run_cli("generate.py", f"ckpt_path={ckpt}", "prompt=a${b}", "stop=c", "temperature=0",
+                   "max_new_tokens=6", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "a${b}c\n"  # not an interpolation, not an error
+    (tmp_path / "提示 file.txt").write_text("a", encoding="utf-8")
+    proc = run_cli("generate.py", f"run_dir={ckpt.parent.parent}", "prompt_file=提示 file.txt",
+                   "stop=${oc.env:HOME}", "temperature=0", "max_new_tokens=3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "a}}}\n"
+
+
+def test_generate_py_help_shows_only_its_own_options(tmp_path):
+    proc = run_cli("generate.py", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cfg = compose_generate()
+    for key in [k for k in cfg if k != "paths"] + ["paths.log_dir"]:
+        assert f"\n{key}=" in proc.stdout, key
+    for group in ("data", "model", "optim", "trainer", "callbacks", "experiment", "Configuration groups"):
+        assert group + ":" not in proc.stdout and group + "=" not in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_py_exits_quietly_when_the_reader_closes_the_pipe(tmp_path):
+    ckpt = scripted_checkpoint(tmp_path / "loop.ckpt", "ab\n", "ab\nab")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "generate.py"), f"ckpt_path={ckpt}",
+                             "temperature=0", "max_new_tokens=1000000", "seed=1"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert len(proc.stdout.read(20)) == 20  # like `| head -c 20`
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 141  # 128 + SIGPIPE, what the shell shows for `yes | head`
+    finally:
+        proc.kill()
+        proc.wait()
+    (line,) = proc.stderr.read().decode().splitlines()  # only the usual checkpoint line
+    assert line.startswith(f"checkpoint: {ckpt}")
+    proc.stderr.close()

@@ -52,3 +52,15 @@ def test_unknown_characters_are_named():
 def test_build_tokenizer_rejects_unknown_kind():
     with pytest.raises(ValueError, match="choose one of char, byte"):
         build_tokenizer("bpe?", "abc")
+
+
+@pytest.mark.parametrize(("state", "message"), [
+    ("char", "the tokenizer must be a dict, not str"),
+    ({"kind": "char", "itos": "abc"}, "the char tokenizer's itos is not a list of single characters"),
+    ({"kind": "char", "itos": [1, 2]}, "the char tokenizer's itos is not a list of single characters"),
+    ({"kind": "wordpiece"}, "unknown tokenizer kind 'wordpiece': expected one of char, byte, bpe"),
+])
+def test_damaged_states_are_one_clear_value_error(state, message):
+    with pytest.raises(ValueError, match=r"^[^\n]+$") as info:
+        tokenizer_from_state(state)
+    assert str(info.value) == message

@@ -1,6 +1,7 @@
 """visualize.py: a checkpoint's attention as one PNG per layer, without TensorBoard or run folders."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,28 @@ def test_missing_checkpoint_is_one_error_line(tmp_path):
     assert proc.returncode != 0
     assert proc.stderr.strip() == f"error: checkpoint file {tmp_path / 'nope.ckpt'} does not exist: " \
                                   "check ckpt_path=..."
+
+
+def test_paths_need_no_hydra_quoting_and_text_is_literal(run_dir, tmp_path):
+    folder = tmp_path / "my 模型 dir"
+    folder.mkdir()
+    ckpt = folder / "last copy.ckpt"
+    shutil.copy(run_dir / "checkpoints" / "last.ckpt", ckpt)
+    proc = visualize(tmp_path, f"ckpt_path={ckpt}", f"text={PROBE[:4]}", "out_dir=注意力 pngs")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "注意力 pngs").iterdir()) == [
+        "attention_layer0.png", "attention_layer1.png"]
+
+    proc = visualize(tmp_path, f"ckpt_path={ckpt}", "text=${oc.env:HOME}")
+    assert proc.returncode != 0
+    (line,) = proc.stderr.strip().splitlines()  # the characters $ { ... themselves, not $HOME's
+    assert line.startswith("error: text has") and "'$' '{'" in line
+
+
+def test_help_shows_only_its_own_options(tmp_path):
+    proc = visualize(tmp_path, "--help")
+    assert proc.returncode == 0, proc.stderr
+    for key in ("ckpt_path", "run_dir", "paths.log_dir", "text", "out_dir"):
+        assert f"\n{key}=" in proc.stdout
+    for group in ("data", "model", "optim", "trainer", "Configuration groups"):
+        assert group + ":" not in proc.stdout and group + "=" not in proc.stdout

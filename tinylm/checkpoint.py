@@ -120,18 +120,28 @@ class LoadedModel:
 
 
 def load_model(path: str | Path) -> LoadedModel:
-    """Rebuild the model (GPT, LSTM or GRU) and its tokenizer from a checkpoint file alone."""
+    """Rebuild the model (GPT, LSTM or GRU) and its tokenizer from a checkpoint file alone.
+
+    Anything inconsistent (a damaged or hand-made checkpoint) is one TinyLMError line saying the
+    file is not a valid tinylm checkpoint and why.
+    """
     checkpoint = read_checkpoint(path)
     try:
+        for key in ("model_config", "state_dict"):  # the tokenizer's state is checked by its reader
+            if not isinstance(checkpoint[key], dict):
+                raise TypeError(f"the {key} must be a dict, not {type(checkpoint[key]).__name__}")
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
         model = build_model(checkpoint["model_config"])
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} symbols but the model's "
+                             f"vocab_size is {model.config.vocab_size}")
         # Lightning prefixes the model's weights with the LitGPT attribute name, "model."
-        weights = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
+        weights = {str(k).removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
         model.load_state_dict(weights)
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
         reason = " ".join(str(e).split())[:200] or type(e).__name__  # one line, kept short
         raise TinyLMError(
-            f"checkpoint {path} does not describe a valid tinylm model ({reason}): "
+            f"checkpoint {path} is not a valid tinylm checkpoint: {reason}: "
             "use a checkpoint saved by tinylm's train.py"
         ) from None
     return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"))

@@ -1,11 +1,12 @@
 """What the command-line entry points share: quoting free-form values for Hydra, and exiting cleanly.
 
-Hydra parses every ``key=value`` with its override grammar, which rejects unquoted spaces in some
-places, non-ASCII letters (``prompt=我正在学习``, ``ckpt_path=模型/last.ckpt``) and treats
-``${...}`` as an interpolation. ``quote_values`` wraps the values of chosen keys in Hydra quotes
-before Hydra sees ``sys.argv``, so users never have to quote twice (once for the shell, once for
-Hydra). ``run_command`` turns a ``run(cfg)`` function into an entry point that follows the house
-rules: bad input is one ``error: ...`` line, Ctrl-C is exit 130, a closed pipe is a quiet exit 141.
+Hydra parses every ``key=value`` with its override grammar. Unquoted, it rejects non-ASCII
+letters (``prompt=我正在学习``, ``ckpt_path=模型/last.ckpt``), quotes, brackets and ``=``, makes
+``a,b`` a sweep, trims outer spaces, and OmegaConf resolves ``${...}``. ``quote_values`` wraps the
+values of chosen keys in Hydra quotes before Hydra sees ``sys.argv``, so users never have to quote
+twice (once for the shell, once for Hydra). ``run_command`` and ``quiet_broken_pipe`` make an
+entry point follow the house rules: bad input is one ``error: ...`` line, Ctrl-C exit 130, a
+closed pipe a quiet exit 141.
 """
 
 from __future__ import annotations

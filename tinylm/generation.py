@@ -38,7 +38,7 @@ def _is_number(value) -> bool:
 
 def check_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0, num_samples=1):
     """Raise one TinyLMError line for a sampling setting that makes no sense."""
-    if not _is_number(temperature) or temperature < 0:
+    if not _is_number(temperature) or not temperature >= 0:  # NaN fails >= too
         raise TinyLMError(
             f"temperature={temperature!r} must be a number >= 0: "
             "use 0 for greedy, 1 for plain sampling"
@@ -96,10 +96,17 @@ def sample_next(
     ``temperature`` 0 is greedy (argmax; the first index wins a tie). Otherwise the logits are
     divided by the temperature, filtered by top-k then top-p (top-p sees the top-k renormalised
     distribution), and one id per row is drawn with ``generator``.
+
+    Each row's largest logit is subtracted before dividing (softmax does not change), so even a
+    tiny temperature such as 1e-40 cannot overflow to inf/inf = NaN: the best token stays at 0
+    and the others fall to -inf, which is greedy (a tie at the top is drawn between the tied).
+    A temperature that the logits' dtype would round to 0 (0/0 = NaN) counts as its smallest
+    normal number instead, which is just as greedy.
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    temperature = max(temperature, torch.finfo(logits.dtype).tiny)
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature  # (B, V), max 0
     if top_k is not None:
         logits = keep_top_k(logits, top_k)
     if top_p is not None:

@@ -110,12 +110,22 @@ class BPETokenizer:
     kind = "bpe"
 
     def __init__(self, json: str):
+        """Rebuild from the JSON string of a trained tokenizer; ValueError names what is wrong with it."""
+        if not isinstance(json, str):
+            raise ValueError(f"the BPE tokenizer's json must be a string, not {type(json).__name__}")
+        try:
+            self.backend = HFTokenizer.from_str(json)
+        except Exception as e:  # the tokenizers library raises a bare Exception for bad JSON
+            raise ValueError(f"the BPE tokenizer's json cannot be read ({e})") from None
         self.json = json
-        self.backend = HFTokenizer.from_str(json)
         byte_of = {symbol: byte for byte, symbol in enumerate(byte_symbols())}
         vocab = self.backend.get_vocab()  # token string -> id, ids 0 .. V-1
+        if sorted(vocab.values()) != list(range(len(vocab))):
+            raise ValueError("the BPE tokenizer's ids are not 0 .. vocab_size - 1")
         self.pieces = [b""] * len(vocab)
         for token, i in vocab.items():
+            if not set(token) <= byte_of.keys():
+                raise ValueError(f"the BPE tokenizer's token {token!r} is not spelled in byte-level symbols")
             self.pieces[i] = bytes(byte_of[symbol] for symbol in token)
 
     @classmethod
@@ -168,12 +178,21 @@ def build_tokenizer(kind: str, text: str, bpe_vocab_size: int = 512) -> Tokenize
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:
-    """Rebuild a tokenizer from the plain data stored in a checkpoint."""
+    """Rebuild a tokenizer from the plain data stored in a checkpoint.
+
+    Raises ValueError with one line naming what is wrong when ``state`` is not what ``state()``
+    writes (a checkpoint made by hand or damaged).
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"the tokenizer must be a dict, not {type(state).__name__}")
     kind = state.get("kind")
     if kind == "char":
-        return CharTokenizer(state["itos"])
+        itos = state.get("itos")
+        if not isinstance(itos, list) or not all(isinstance(ch, str) and len(ch) == 1 for ch in itos):
+            raise ValueError("the char tokenizer's itos is not a list of single characters")
+        return CharTokenizer(itos)
     if kind == "byte":
         return ByteTokenizer()
     if kind == "bpe":
-        return BPETokenizer(state["json"])
-    raise ValueError(f"unknown tokenizer kind {kind!r} in checkpoint")
+        return BPETokenizer(state.get("json"))
+    raise ValueError(f"unknown tokenizer kind {kind!r}: expected one of {', '.join(TOKENIZERS)}")

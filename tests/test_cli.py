@@ -1,0 +1,74 @@
+"""tinylm.cli: quoting command-line values for Hydra, and how entry points end."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+from hydra import compose, initialize_config_dir
+
+from tinylm.cli import EXIT_INTERRUPTED, quote_values, run_command
+from tinylm.errors import TinyLMError
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="generate", overrides=list(overrides))
+
+
+TEXTS = [
+    "我正在学习", "a b", "  outer spaces ", "a,b", "f(x)=[1]", "你好, world = 1", r"\n and \t",
+    "it's", "'tis", "a\\", "a\\'b",
+    "a${b}c", "${oc.env:HOME}", "\\${x}", "a\\\\${x}\\", "$${x}}", "${", "it's ${a}'",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_literal_values_read_back_exactly(text):
+    """Any text (quotes, backslashes, ${...} interpolation syntax) reaches the config unchanged."""
+    (override,) = quote_values([f"prompt={text}"], ["prompt"], literal=True)
+    assert composed(override).prompt == text  # reading the value resolves it: nothing changes
+
+
+@pytest.mark.parametrize("path", ["/tmp/my dir/模型 v1/last.ckpt", "/a/b'c\\", r"C:\runs\n1", "runs/x=1,y(2)"])
+def test_path_values_are_quoted_and_kept_as_written(path):
+    quoted = quote_values([f"ckpt_path={path}", f"++run_dir={path}"], ["ckpt_path", "run_dir"])
+    cfg = composed(*quoted)
+    assert cfg.ckpt_path == path and cfg.run_dir == path  # no \n unescaping for paths
+
+
+def test_interpolations_still_work_in_paths_but_not_in_literal_text(monkeypatch):
+    monkeypatch.setenv("TINYLM_ROOT", "/project")
+    quoted = quote_values(["ckpt_path=${paths.log_dir}/my run/x.ckpt", "prompt=${paths.log_dir}"],
+                          ["ckpt_path"])
+    quoted = quote_values(quoted, ["prompt"], literal=True)
+    cfg = composed(*quoted)
+    assert cfg.ckpt_path == "/project/outputs/my run/x.ckpt"
+    assert cfg.prompt == "${paths.log_dir}"
+
+
+def test_what_is_left_alone():
+    argv = ["generate.py", "prompt='kept'", 'stop="x"', "stop=", "prompt=null", "ckpt_path=NULL",
+            "top_k=5", "prompts=a b", "~run_dir", "--help"]
+    assert quote_values(argv, ["prompt", "stop", "ckpt_path", "run_dir"], literal=True) == argv
+    assert quote_values(["+prompt=a b", "++stop=我"], ["prompt", "stop"]) == ["+prompt='a b'", "++stop='我'"]
+    cfg = composed(*quote_values(["prompt=null", "stop=", "ckpt_path=null"], ["prompt", "stop", "ckpt_path"]))
+    assert cfg.prompt is None and cfg.stop == "" and cfg.ckpt_path is None
+    assert composed("prompt='null'").prompt == "null"  # the word itself: quote it
+
+
+def test_run_command_turns_errors_into_one_line_and_ctrl_c_into_130():
+    def bad(cfg):
+        raise TinyLMError("top_k=0 must be an integer >= 1")
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as info:
+        run_command(bad, None)
+    assert info.value.code == "error: top_k=0 must be an integer >= 1"
+    with pytest.raises(SystemExit) as info:
+        run_command(interrupted, None)
+    assert info.value.code == EXIT_INTERRUPTED
+    seen = []
+    run_command(seen.append, "cfg")
+    assert seen == ["cfg"]
