@@ -184,6 +184,51 @@ def test_default_prompt_is_the_start_of_the_first_line_and_unknowns_are_skipped(
             "自注意力可")
 
 
+def callback_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "tinylm.callbacks" and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("text", ["   ", "XYZ"])
+def test_a_blank_or_unknown_probe_is_replaced_by_the_opening_with_one_warning(tmp_path, tiny_text_file,
+                                                                             caplog, text):
+    with caplog.at_level(logging.WARNING, logger="tinylm.callbacks"):
+        fit(tmp_path, tiny_text_file, [AttentionMaps(every_n_steps=2, text=text)], steps=6)
+    assert callback_warnings(caplog) == [
+        f"AttentionMaps: the probe text {text!r} has fewer than 2 non-blank known characters: drawing "
+        "the training text's opening '自注意力可以让序列中的每个位置看' instead; set "
+        "callbacks.attention_maps.text to a phrase of the training text"]
+    acc = events(tmp_path / "tb")
+    assert [e.step for e in acc.Images("attention/layer1")] == [2, 4, 6]
+    assert [e.step for e in acc.Images("attention/causal_mask")] == [0]
+
+
+@pytest.mark.parametrize("text", ["  \n ", "XYZ"])
+def test_without_probe_or_training_text_the_maps_are_off_after_one_warning(tmp_path, caplog, text):
+    """No datamodule to take an opening from (e.g. Trainer.fit with bare dataloaders): decided
+    once when training starts, then every call is skipped quietly."""
+    tokenizer = CharTokenizer.from_text(TINY_TEXT)
+    model = {"vocab_size": tokenizer.vocab_size, "block_size": 16, "n_embd": 16, "num_heads": 2,
+             "num_layers": 1}
+    module = LitGPT(model=model, tokenizer=tokenizer.state())
+    logger = TensorBoardLogger(tmp_path, name="tb", version="")
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, loggers=[logger], datamodule=None)
+    maps = AttentionMaps(every_n_steps=1, text=text)
+    with caplog.at_level(logging.WARNING, logger="tinylm.callbacks"):
+        maps.on_train_start(trainer, module)
+        for step in (1, 2, 3):
+            trainer.global_step = step
+            maps.on_train_batch_end(trainer, module, None, None, step - 1)
+        maps.on_train_end(trainer, module)
+    assert callback_warnings(caplog) == [
+        f"AttentionMaps: the probe text {text!r} has fewer than 2 non-blank known characters and there "
+        "is no training text to take one from: no attention maps this run; set "
+        "callbacks.attention_maps.text to a phrase of the training text"]
+    assert maps.calls == 4  # the start and steps 1-3 ran, and skipped quietly
+    logger.experiment.flush()
+    assert events(tmp_path / "tb").Tags()["images"] == []
+
+
 @pytest.mark.parametrize("make", [
     lambda: AttentionMaps(every_n_steps=0),
     lambda: SampleText(every_n_steps=1.5),

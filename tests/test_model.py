@@ -10,16 +10,49 @@ def reference_config(**kw):
     return GPTConfig(**{"vocab_size": 73, **kw})
 
 
-def test_reference_parameter_table_is_exact():
-    model = GPT(reference_config())
-    table = dict(model.parameter_table())
-    assert table["token_embedding"] == 4_672
-    assert table["position_embedding"] == 2_048
-    assert [table[f"blocks.{i}"] for i in range(4)] == [49_792] * 4
-    assert table["ln_f"] == 128
-    assert table["lm_head"] == 4_745
-    assert model.num_params() == 210_761
-    assert "210,761" in model.format_parameter_table()
+def default_model(vocab_size: int, tmp_path, *overrides: str):
+    """The model the default config (conf/model/gpt.yaml, or another with overrides) describes at V."""
+    from conftest import compose
+    from omegaconf import OmegaConf
+
+    from tinylm.rnn import build_model
+
+    model = OmegaConf.to_container(compose(*overrides, output_dir=tmp_path).model, resolve=True)
+    model.pop("compile")  # how to run the model, not what it is
+    return build_model({**model, "vocab_size": vocab_size})
+
+
+def test_parameter_figures_of_the_default_configs_match_the_readme(tmp_path):
+    from conftest import ROOT
+
+    from tinylm.data import TextDataModule
+
+    corpus = TextDataModule()
+    corpus.prepare()
+    assert corpus.tokenizer.vocab_size == 405  # the default corpus: what `python train.py` trains on
+    gpt = {V: default_model(V, tmp_path) for V in (405, 73)}
+    tables = {V: dict(model.parameter_table()) for V, model in gpt.items()}
+    for V, table in tables.items():
+        assert table["token_embedding"] == V * 64
+        assert table["position_embedding"] == 2_048
+        assert [table[f"blocks.{i}"] for i in range(4)] == [49_792] * 4
+        assert table["ln_f"] == 128
+        assert table["lm_head"] == 64 * V + V
+    assert (tables[73]["token_embedding"], tables[73]["lm_head"]) == (4_672, 4_745)
+    assert (tables[405]["token_embedding"], tables[405]["lm_head"]) == (25_920, 26_325)
+    assert {V: model.num_params() for V, model in gpt.items()} == {405: 253_589, 73: 210_761}
+    assert "253,589" in gpt[405].format_parameter_table()  # what `python train.py` prints
+    lstm = default_model(405, tmp_path, "model=lstm").num_params()
+    gru = default_model(405, tmp_path, "model=lstm", "model.arch=gru").num_params()
+    assert (lstm, gru) == (309_589, 251_733)
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for part, name in [("token embedding (V x 64)", "token_embedding"), ("position embedding (32 x 64)",
+                       "position_embedding"), ("final LayerNorm", "ln_f"), ("lm_head (64 x V + V)", "lm_head")]:
+        assert f"| {part} | {tables[405][name]:,} | {tables[73][name]:,} |" in readme
+    assert "| 4 blocks x 49,792 | 199,168 | 199,168 |" in readme
+    assert "| **total** | **253,589** | **210,761** |" in readme
+    assert f"LSTM baseline, {lstm:,} params on the default corpus (model.arch=gru: {gru:,})" in readme
 
 
 def test_sinusoidal_positions_have_no_parameters():

@@ -120,13 +120,51 @@ def test_sweep_report_ranks_unfinished_and_failed_jobs_last(tmp_path, capsys):
     assert report_main([str(sweep)]) == 0
     rows = read_csv(sweep / "summary.csv")
     assert [(r["job"], r["status"]) for r in rows] == [
-        ("10", "ok"), ("1", "interrupted"), ("0", "ok"), ("2", "error"), ("3", "no metrics (running, or crashed)")]
+        ("10", "ok"), ("1", "interrupted"), ("0", "no val loss (diverged, or never validated)"), ("2", "error"),
+        ("3", "no metrics (running, or crashed)")]
     assert [k for k in rows[0] if k not in ("rank", "job")][0] == "optim.lr"  # seed is shared, not a column
     markdown = (sweep / "summary.md").read_text()
     assert "bad \\| value: fix it" in markdown  # a | in an error cannot break the table
     assert "| 0.001235 " in markdown and "0.00123456789" not in markdown  # long decimals shortened
     assert "Settings shared by every job: `seed=1`" in markdown
     assert (sweep / "val_loss_vs_params.png").read_bytes().startswith(PNG_MAGIC)  # redrawn
+
+
+def test_sweep_report_lists_corrupt_metrics_as_unreadable_and_null_val_loss_as_unfinished(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    good = {"val_loss": 2.0, "val_bpc": 3.0, "num_params": 1000, "tokens_per_second": 10.0, "wall_seconds": 1.0,
+            "steps": 5, "interrupted": False}
+    corrupt = {
+        "1": ('{"val_loss": 2.0, "num_par', "not JSON: Unterminated string starting at: line 1 column 19 (char 18)"),
+        "2": ("[2.0, 1000]", "an array instead of an object"),
+        "3": ('"done"', "a string instead of an object"),
+        "4": (json.dumps({**good, "val_loss": "2.0"}), "val_loss is a string, not a number"),
+        "5": (json.dumps({**good, "num_params": True}), "num_params is a boolean, not a number"),
+        "6": (json.dumps({**good, "steps": [5]}), "steps is an array, not a number"),
+        "7": (json.dumps({**good, "interrupted": "no"}), "interrupted is a string, not true or false"),
+        "8": (b"\xff\xfe{}", "not UTF-8 text"),
+        "9": ("", "not JSON: Expecting value: line 1 column 1 (char 0)"),
+    }
+    write_job(sweep, "0", ["seed=0"], good)
+    for name, (content, _) in corrupt.items():
+        write_job(sweep, name, [f"seed={name}"])
+        (sweep / name / "metrics.json").write_bytes(content if isinstance(content, bytes) else content.encode())
+    write_job(sweep, "10", ["seed=10"], {**good, "val_loss": None, "val_bpc": None})  # the writer's NaN, fixed
+    write_job(sweep, "11", ["seed=11"], {**good, "val_loss": 1.5, "num_params": 2000})
+    write_job(sweep, "12", ["seed=12"], {**good, "val_loss": 1.8, "num_params": -1})  # tabled, not plotted
+    assert report_main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    rows = read_csv(sweep / "summary.csv")
+    assert [(r["job"], r["status"]) for r in rows[:3]] == [("11", "ok"), ("12", "ok"), ("0", "ok")]
+    assert [float(r["val_loss"]) for r in rows[:3]] == [1.5, 1.8, 2.0]
+    assert [(r["job"], r["status"], r["error"]) for r in rows[3:]] == [
+        *[(name, "unreadable metrics.json", why) for name, (_, why) in corrupt.items()],
+        ("10", "no val loss (diverged, or never validated)", ""),
+    ]
+    assert all(r["val_loss"] == "" for r in rows[3:])
+    (line,) = [line for line in out.splitlines() if "an array instead of an object" in line]
+    assert re.search(r"\| 2 +\| .*\| unreadable metrics.json +\| an array instead of an object +\|$", line)
+    assert (sweep / "val_loss_vs_params.png").read_bytes().startswith(PNG_MAGIC)  # jobs 11 and 0
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty"])

@@ -205,10 +205,12 @@ def samples_markdown(pairs, step: int, seed: int, sampling: dict) -> str:
 class AttentionMaps(PeriodicInspector):
     """Attention heatmaps of a fixed probe text, one image per layer (panels = heads).
 
-    ``text``: the probe; characters outside the vocabulary are skipped with a warning, and if
-    fewer than 2 remain the first 16 characters of the training text's first line are used.
-    The causal mask for the probe's length is logged once, as ``attention/causal_mask``, when
-    training starts. A model without attention (the LSTM/GRU baseline) is skipped with one warning.
+    ``text``: the probe; characters outside the vocabulary are skipped with a warning. A probe with
+    fewer than 2 usable characters (blank, or unknown) is replaced by the first 16 characters of the
+    training text's first line, and without such a line the maps are off for the run: decided once,
+    when training starts, in one warning saying what to set. The causal mask for the probe's length
+    is logged once, as ``attention/causal_mask``, when training starts. A model without attention
+    (the LSTM/GRU baseline) is skipped with one warning.
     """
 
     def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列"):
@@ -216,7 +218,7 @@ class AttentionMaps(PeriodicInspector):
         if not isinstance(text, str):
             raise TinyLMError(f"AttentionMaps.text={text!r} must be a string")
         self.text = text
-        self._ids: list[int] | None = None
+        self._ids: list[int] | None = None  # [] once decided that there is no probe this run
         self._labels: list[str] = []
         self._warned_no_attention = False
 
@@ -231,10 +233,22 @@ class AttentionMaps(PeriodicInspector):
         return False
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
-        text = without_unknown(tokenizer, self.text, "attention probe text")
-        if len(text) < 2:
-            text = training_text_opening(trainer, tokenizer, 16)
-            log.warning("attention probe text: using the training text's opening %r", text)
+        """The probe's token ids (at most block_size), or [] when there is none (said once)."""
+        usable = "".join(ch for ch in self.text if ch not in tokenizer.unknown(self.text))
+        if len(usable.strip()) >= 2:
+            text = without_unknown(tokenizer, self.text, "attention probe text")  # names the skipped ones
+        else:
+            try:
+                text = training_text_opening(trainer, tokenizer, 16)
+            except TinyLMError:
+                text = ""
+            problem = f"AttentionMaps: the probe text {self.text!r} has fewer than 2 non-blank known characters"
+            if len(text) < 2:
+                log.warning("%s and there is no training text to take one from: no attention maps this run; "
+                            "set callbacks.attention_maps.text to a phrase of the training text", problem)
+                return []
+            log.warning("%s: drawing the training text's opening %r instead; set "
+                        "callbacks.attention_maps.text to a phrase of the training text", problem, text)
         ids = tokenizer.encode(text)
         if len(ids) > block_size:
             log.warning("attention probe text: keeping the first %d tokens (block_size)",
@@ -242,8 +256,9 @@ class AttentionMaps(PeriodicInspector):
         return ids[:block_size]
 
     def _prepare(self, trainer, module) -> None:
-        """Encode and label the probe once per run (warnings about it appear once)."""
+        """Decide the probe once per run: its ids and labels, or [] (no maps) also when this fails."""
         if self._ids is None:
+            self._ids = []
             tokenizer = tokenizer_from_state(module.tokenizer_state)
             self._ids = self.probe_ids(trainer, tokenizer, module.model.config.block_size)
             self._labels = plotting.token_labels(tokenizer, self._ids)
@@ -253,6 +268,8 @@ class AttentionMaps(PeriodicInspector):
         if writer is None:
             return
         self._prepare(trainer, module)
+        if not self._ids:
+            return
         T = len(self._ids)
         mask = module.model.blocks[0].attn.causal_mask[:T, :T]  # (T, T) True = visible
         image = plotting.render_rgb(plotting.causal_mask_figure(mask, self._labels))
@@ -268,6 +285,8 @@ class AttentionMaps(PeriodicInspector):
         if writer is None or not self.has_attention(module):
             return
         self._prepare(trainer, module)
+        if not self._ids:
+            return
         step = trainer.global_step
         ids = torch.tensor(self._ids, device=module.device)  # (T,)
         for layer, weights in enumerate(plotting.attention_weights(module.model, ids)):

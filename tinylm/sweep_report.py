@@ -5,7 +5,9 @@
 A sweep folder holds one folder per job, and each job leaves behind what this report reads:
 ``metrics.json`` (written by ``tinylm.training.train``), ``error.txt`` (a job whose config was
 refused) and ``.hydra/overrides.yaml`` (that job's command-line settings). Only the settings that
-differ between jobs become columns; the ones every job shares are listed once above the table.
+differ between jobs become columns; the ones every job shares are listed once above the table. A
+job whose metrics.json cannot be used (not JSON, not an object, a value of the wrong type) is
+listed as "unreadable metrics.json" with the reason, and one without a val loss (null) last.
 
 Writes into the sweep folder: ``summary.csv`` (raw numbers, for a spreadsheet or pandas),
 ``summary.md`` (the table printed here) and ``val_loss_vs_params.png`` (val loss against the
@@ -42,16 +44,21 @@ class Job:
 
     name: str  # the folder name: Hydra's job number
     overrides: dict[str, str]  # key -> value, as given on the command line
-    metrics: dict | None  # metrics.json, None when missing
+    metrics: dict | None  # metrics.json, None when missing or unreadable
     error: str | None  # error.txt's line, None when the job was not refused
+    unreadable: str | None = None  # why metrics.json could not be used, None when it could (or is missing)
 
     @property
     def status(self) -> str:
         if self.error is not None:
             return "error"
+        if self.unreadable is not None:
+            return "unreadable metrics.json"
         if self.metrics is None:
             return "no metrics (running, or crashed)"
-        return "interrupted" if self.metrics.get("interrupted") else "ok"
+        if self.metrics.get("interrupted"):
+            return "interrupted"
+        return "ok" if math.isfinite(self.val_loss) else "no val loss (diverged, or never validated)"
 
     @property
     def val_loss(self) -> float:
@@ -68,11 +75,44 @@ def read_overrides(folder: Path) -> dict[str, str]:
     return {pair[0]: pair[1] if len(pair) == 2 else "" for pair in pairs}
 
 
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+def parse_metrics(text: str) -> dict:
+    """metrics.json's object; ValueError saying what is wrong with it. A missing val loss (null,
+    or the bare NaN of older files) is allowed: the job then ranks with the unfinished ones."""
+    try:
+        metrics = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{JSON_TYPES[type(metrics)]} instead of an object")
+    for name in METRICS:
+        value = metrics.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{name} is {JSON_TYPES[type(value)]}, not a number")
+    interrupted = metrics.get("interrupted")
+    if interrupted is not None and not isinstance(interrupted, bool):
+        raise ValueError(f"interrupted is {JSON_TYPES[type(interrupted)]}, not true or false")
+    return metrics
+
+
 def read_job(folder: Path) -> Job:
+    """A job folder's files; a metrics.json that cannot be used makes the job unreadable, not the report."""
     metrics_path, error_path = folder / "metrics.json", folder / "error.txt"
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
+    metrics = unreadable = None
+    if metrics_path.exists():
+        try:
+            metrics = parse_metrics(metrics_path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            unreadable = "not UTF-8 text"
+        except ValueError as e:
+            unreadable = str(e)
+        except OSError as e:
+            unreadable = e.strerror or str(e)
     error = error_path.read_text(encoding="utf-8").strip() if error_path.exists() else None
-    return Job(folder.name, read_overrides(folder), metrics, error)
+    return Job(folder.name, read_overrides(folder), metrics, error, unreadable)
 
 
 def is_job_folder(folder: Path) -> bool:
@@ -123,7 +163,7 @@ def table_rows(jobs: list[Job], swept: list[str]) -> list[dict]:
             **{key: job.overrides.get(key, "") for key in swept},
             **{name: metrics.get(name) for name in METRICS},
             "status": job.status,
-            "error": job.error or "",
+            "error": job.error or job.unreadable or "",
         })
     return rows
 
@@ -179,7 +219,7 @@ def point_label(job: Job, swept: list[str]) -> str:
 
 def plot(jobs: list[Job], swept: list[str], title: str) -> Figure | None:
     """Val loss against parameter count (log x) for the jobs that finished; None if none did."""
-    done = [j for j in jobs if j.metrics and math.isfinite(j.val_loss) and j.metrics.get("num_params")]
+    done = [j for j in jobs if j.metrics and math.isfinite(j.val_loss) and (j.metrics.get("num_params") or 0) > 0]
     if not done:
         return None
     fig = Figure(figsize=(8, 5), layout="constrained")
