@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from tinylm.checkpoint import find_checkpoint, load_model
 from tinylm.cli import quiet_broken_pipe, quote_values, run_command
 from tinylm.errors import TinyLMError
-from tinylm.generation import check_sampling, encode_prompt, stream_text
+from tinylm.generation import encode_prompt, stream_text, validate_sampling
 from tinylm.textfile import read_capped_bytes
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -60,7 +60,7 @@ def read_prompt(cfg: DictConfig) -> str:
 
 def check_options(cfg: DictConfig) -> None:
     """Reject bad values before the checkpoint is even looked for."""
-    check_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.max_new_tokens, cfg.num_samples)
+    validate_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.max_new_tokens, cfg.num_samples)
     if cfg.seed is not None and type(cfg.seed) is not int:
         raise TinyLMError(f"seed={cfg.seed!r} must be an integer, or null for a fresh one")
     if cfg.threads is not None and (type(cfg.threads) is not int or cfg.threads < 1):

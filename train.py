@@ -17,7 +17,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
     import hydra
     from omegaconf import DictConfig
 
-    from tinylm.cli import quote_values
+    from tinylm.cli import TRAIN_PATH_KEYS, quote_values
     from tinylm.errors import TinyLMError
     from tinylm.resume import plan_resume
     from tinylm.run_folder import register_resolvers
@@ -25,7 +25,6 @@ except KeyboardInterrupt:
     sys.exit(130)
 
 ROOT = Path(__file__).resolve().parent
-PATH_KEYS = ("data.path", "ckpt_path")  # file names on the command line, quoted for Hydra
 # Run folders and caches live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(ROOT))
 
@@ -40,7 +39,7 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     try:
         if not {"-m", "--multirun"} & set(sys.argv):  # in a sweep, data.path=a.txt,b.txt is two jobs
-            sys.argv = quote_values(sys.argv, PATH_KEYS)
+            sys.argv = quote_values(sys.argv, TRAIN_PATH_KEYS)
         sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
         register_resolvers()
         main()

@@ -20,7 +20,6 @@ from tinylm import plotting
 from tinylm.checkpoint import find_checkpoint, load_model
 from tinylm.cli import quiet_broken_pipe, quote_values, run_command
 from tinylm.errors import TinyLMError
-from tinylm.rnn import RNNLanguageModel
 from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -68,7 +67,7 @@ def run(cfg: DictConfig) -> list[Path]:
         cfg.paths.log_dir,
     )
     loaded = load_model(path)
-    if isinstance(loaded.model, RNNLanguageModel):
+    if not loaded.model.has_attention:
         raise TinyLMError(f"checkpoint {path} holds an {loaded.model.config.arch} model, which has no attention "
                           "to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
     ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),

@@ -27,7 +27,7 @@ import lightning as L
 import torch
 from bench_train import CONFIGS, ROOT, make_datamodule, make_module, print_checks, time_command, write_json_lines
 
-from tinylm.model import Dropout
+from tinylm.models.ops import Dropout
 
 
 class ValLosses(L.Callback):

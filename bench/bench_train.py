@@ -8,7 +8,7 @@
 For the reference configuration (B=32, T=32, n_embd 64, 4 heads, 4 layers, dropout 0.1) and a larger
 one (B=32, T=128, n_embd 256, 8 heads, 6 layers) it prints ms/step, tokens/s and MFU: the model's
 matmul FLOPs per second as a fraction of the fp32 matmul peak measured in this same process. The
-Lightning step is the real one (LitGPT + TextDataModule + Trainer.fit with the TensorBoard logger);
+Lightning step is the real one (LitLanguageModel + TextDataModule + Trainer.fit with the TensorBoard logger);
 the plain loop runs the same model, optimizer and batches with nothing around them; with
 --nanogpt, nanoGPT's own model and loop body (from its checkout) run at the same configuration on
 the same corpus. The paths take turns and the best of the repeats counts, so all see the same
@@ -37,7 +37,7 @@ from bench_generate import measure as measure_generation
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from tinylm.data import TextDataModule
-from tinylm.module import LitGPT
+from tinylm.module import LitLanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # nanoGPT's dataset, for --nanogpt
@@ -107,10 +107,10 @@ def make_datamodule(cfg: dict) -> TextDataModule:
     return datamodule
 
 
-def make_module(cfg: dict, datamodule: TextDataModule) -> LitGPT:
+def make_module(cfg: dict, datamodule: TextDataModule) -> LitLanguageModel:
     model = {k: cfg[k] for k in ("block_size", "n_embd", "num_heads", "num_layers", "dropout")}
     model["vocab_size"] = datamodule.tokenizer.vocab_size
-    return LitGPT(model=model, tokenizer=datamodule.tokenizer.state())
+    return LitLanguageModel(model=model, tokenizer=datamodule.tokenizer.state())
 
 
 class StepTimer(L.Callback):

@@ -10,7 +10,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_train  # noqa: E402
 
-from tinylm.model import GPT, GPTConfig  # noqa: E402
+from tinylm.models.gpt import GPT, GPTConfig  # noqa: E402
 
 
 def test_matmul_flops_count_every_linear_and_both_attention_products():

@@ -16,7 +16,7 @@ from tinylm.checkpoint import load_model, read_checkpoint
 from tinylm.config import validate
 from tinylm.data import TextDataModule, encode_array
 from tinylm.errors import TinyLMError
-from tinylm.model import GPT, GPTConfig
+from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.tokenizer import BPETokenizer, build_tokenizer, byte_symbols, tokenizer_from_state
 
 ENGLISH = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"

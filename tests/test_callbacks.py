@@ -24,8 +24,8 @@ from tinylm.callbacks import (
 from tinylm.data import TextDataModule, default_corpus_path
 from tinylm.errors import TinyLMError
 from tinylm.generation import generate
-from tinylm.model import GPT, GPTConfig
-from tinylm.module import LitGPT
+from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.module import LitLanguageModel
 from tinylm.tokenizer import CharTokenizer
 
 
@@ -42,7 +42,7 @@ def fit(tmp_path: Path, text_file: Path, callbacks: list, steps: int, lr: float 
     data.prepare()
     model = {"vocab_size": data.tokenizer.vocab_size, "block_size": 16, "n_embd": 16,
              "num_heads": 2, "num_layers": 2, "dropout": 0.0}
-    module = LitGPT(model=model, tokenizer=data.tokenizer.state(), lr=lr)
+    module = LitLanguageModel(model=model, tokenizer=data.tokenizer.state(), lr=lr)
     trainer = L.Trainer(
         accelerator="cpu", max_steps=steps, val_check_interval=steps,
         check_val_every_n_epoch=None, num_sanity_val_steps=0, log_every_n_steps=1,
@@ -210,7 +210,7 @@ def test_without_probe_or_training_text_the_maps_are_off_after_one_warning(tmp_p
     tokenizer = CharTokenizer.from_text(TINY_TEXT)
     model = {"vocab_size": tokenizer.vocab_size, "block_size": 16, "n_embd": 16, "num_heads": 2,
              "num_layers": 1}
-    module = LitGPT(model=model, tokenizer=tokenizer.state())
+    module = LitLanguageModel(model=model, tokenizer=tokenizer.state())
     logger = TensorBoardLogger(tmp_path, name="tb", version="")
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, loggers=[logger], datamodule=None)
     maps = AttentionMaps(every_n_steps=1, text=text)

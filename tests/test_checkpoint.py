@@ -12,7 +12,7 @@ import torch
 
 from tinylm.checkpoint import find_checkpoint, load_model, read_checkpoint
 from tinylm.errors import TinyLMError
-from tinylm.model import GPT, GPTConfig
+from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.tokenizer import CharTokenizer
 
 
@@ -22,7 +22,7 @@ def tiny_gpt() -> GPT:
 
 
 def save_checkpoint(path: Path, model: GPT | None = None, **extra) -> Path:
-    """What Lightning + LitGPT write, reduced to the keys a checkpoint needs to generate."""
+    """What Lightning + LitLanguageModel write, reduced to the keys a checkpoint needs to generate."""
     model = model or tiny_gpt()
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({

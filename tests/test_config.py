@@ -6,7 +6,7 @@ import torch
 from conftest import ROOT, compose
 from hydra.errors import ConfigCompositionException
 
-from tinylm.config import config_errors, validate
+from tinylm.config import config_problems, validate
 from tinylm.errors import TinyLMError
 from tinylm.training import main as train_main
 
@@ -17,7 +17,7 @@ GPUS = torch.cuda.device_count()
 TRAINERS = ["cpu", "ddp_sim", *(["ddp"] if GPUS != 1 else []), *(["gpu"] if GPUS else [])]
 HANDLERS = "must be a decoding error handler: strict, replace, ignore or backslashreplace"
 
-# override -> the one line config_errors gives for it
+# override -> the one line config_problems gives for it
 BAD = {
     "seed=-1": "seed=-1 must be an integer in [0, 4294967295]",
     "seed=abc": "seed='abc' must be an integer in [0, 4294967295]",
@@ -85,7 +85,7 @@ BAD = {
 
 @pytest.mark.parametrize("override", list(BAD))
 def test_each_bad_value_is_one_line_naming_its_key(tmp_path, override):
-    assert config_errors(compose(override, output_dir=tmp_path)) == [BAD[override]]
+    assert config_problems(compose(override, output_dir=tmp_path)) == [BAD[override]]
 
 
 @pytest.mark.parametrize(
@@ -97,24 +97,24 @@ def test_each_bad_value_is_one_line_naming_its_key(tmp_path, override):
      "data.encoding=utf-16", "data.path=", "data.sha256=" + "ab" * 32, "ckpt_path=last", "threads=2"],
 )
 def test_good_values_pass(tmp_path, override):
-    assert config_errors(compose(override, output_dir=tmp_path)) == []
+    assert config_problems(compose(override, output_dir=tmp_path)) == []
 
 
 @pytest.mark.parametrize("preset", [f"experiment={n}" for n in EXPERIMENTS] + [f"debug={n}" for n in DEBUGS]
                          + [f"trainer={n}" for n in TRAINERS])
 def test_every_preset_passes(tmp_path, preset):
-    assert config_errors(compose(preset, output_dir=tmp_path)) == []
+    assert config_problems(compose(preset, output_dir=tmp_path)) == []
 
 
 @pytest.mark.skipif(GPUS > 0, reason="needs a machine without a CUDA GPU")
 def test_gpu_trainer_without_a_gpu_is_one_line(tmp_path):
-    assert config_errors(compose("trainer=gpu", output_dir=tmp_path)) == [
+    assert config_problems(compose("trainer=gpu", output_dir=tmp_path)) == [
         "trainer.accelerator='gpu' is not available on this machine: use trainer=cpu, or trainer.accelerator=auto"]
 
 
 @pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU")
 def test_more_devices_than_gpus_is_one_line(tmp_path):
-    assert config_errors(compose("trainer=gpu", f"trainer.devices={GPUS + 1}", output_dir=tmp_path)) == [
+    assert config_problems(compose("trainer=gpu", f"trainer.devices={GPUS + 1}", output_dir=tmp_path)) == [
         f"trainer.devices={GPUS + 1} but this machine has {GPUS} CUDA device(s): use trainer.devices={GPUS} or fewer"]
 
 
@@ -146,5 +146,5 @@ def test_data_block_size_is_gone(tmp_path):
     assert "block_size" not in compose(output_dir=tmp_path).data
     with pytest.raises(ConfigCompositionException, match="data.block_size"):
         compose("data.block_size=64", output_dir=tmp_path)
-    assert config_errors(compose("+data.block_size=64", output_dir=tmp_path)) == [
+    assert config_problems(compose("+data.block_size=64", output_dir=tmp_path)) == [
         "data.block_size is unknown: remove it (the data settings are in conf/data/)"]

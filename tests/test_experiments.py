@@ -141,7 +141,7 @@ def test_debug_profile_writes_the_simple_profiler_report(tmp_path, tiny_text_fil
             if (cells := [c.strip() for c in line.strip().strip("|").split("|")]) and len(cells) == 5}
     steps = cfg.trainer.max_steps
     assert int(rows["run_training_batch"][1]) == steps == 50  # Num calls: one per training step
-    assert int(rows["[LightningModule]LitGPT.optimizer_step"][1]) == steps
+    assert int(rows["[LightningModule]LitLanguageModel.optimizer_step"][1]) == steps
     assert float(rows["Total"][2]) > 0  # Total time (s)
     assert not (run / "tensorboard").exists()
 

@@ -19,7 +19,6 @@ from hydra import compose, initialize_config_dir
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.generation import (
-    check_sampling,
     encode_prompt,
     generate,
     keep_top_k,
@@ -27,8 +26,10 @@ from tinylm.generation import (
     sample_next,
     stream_text,
     stream_tokens,
+    validate_sampling,
 )
-from tinylm.model import GPT, GPTConfig, trace_shapes
+from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.models.tracing import trace_shapes
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 spec = importlib.util.spec_from_file_location("generate_cli", ROOT / "generate.py")
@@ -221,7 +222,7 @@ def test_same_seed_same_text_and_different_seed_different_text():
 def test_bad_sampling_values_are_one_clear_line(kwargs, message):
     args = {"max_new_tokens": 3, **kwargs}
     with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
-        check_sampling(**args)
+        validate_sampling(**args)
     assert message in str(info.value)
     if "num_samples" not in kwargs:  # the loop checks its arguments too, before the first step
         with pytest.raises(TinyLMError, match=re.escape(message)):

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from tinylm.model import GPT, GPTConfig, sinusoidal_table, trace_shapes
+from tinylm.models.gpt import GPT, GPTConfig, sinusoidal_table
+from tinylm.models.tracing import trace_shapes
 
 
 def reference_config(**kw):
@@ -15,10 +16,9 @@ def default_model(vocab_size: int, tmp_path, *overrides: str):
     from conftest import compose
     from omegaconf import OmegaConf
 
-    from tinylm.rnn import build_model
+    from tinylm.models import build_model
 
     model = OmegaConf.to_container(compose(*overrides, output_dir=tmp_path).model, resolve=True)
-    model.pop("compile")  # how to run the model, not what it is
     return build_model({**model, "vocab_size": vocab_size})
 
 
@@ -155,7 +155,7 @@ def test_bad_model_config(kw, message):
 
 
 def test_fast_dropout_matches_nn_dropout_statistics():
-    from tinylm.model import Dropout
+    from tinylm.models.ops import Dropout
 
     torch.manual_seed(0)
     drop = Dropout(0.1)
@@ -174,7 +174,7 @@ def test_fast_dropout_matches_nn_dropout_statistics():
 def test_training_attention_equals_the_textbook_formula_with_the_same_masks():
     """The fused training path (baddbmm with the causal bias, cheap dropout masks) computes
     softmax(q k^T / sqrt(hs) masked) -> dropout -> @ v -> proj -> dropout, mask for mask."""
-    from tinylm.model import CausalSelfAttention
+    from tinylm.models.gpt import CausalSelfAttention
 
     torch.manual_seed(0)
     attn = CausalSelfAttention(GPTConfig(vocab_size=73, dropout=0.2)).train()
@@ -200,13 +200,13 @@ def test_training_attention_equals_the_textbook_formula_with_the_same_masks():
 
 
 def test_compiled_model_keeps_its_parameter_names(tmp_path):
-    """model.compile=true compiles in place: checkpoints load into a compiled model or a plain one."""
+    """compile=true compiles in place: checkpoints load into a compiled model or a plain one."""
     from conftest import compose
 
     from tinylm.data import TextDataModule
     from tinylm.training import build_module
 
-    cfg = compose("model.compile=true", "model.num_layers=1", output_dir=tmp_path)
+    cfg = compose("compile=true", "model.num_layers=1", output_dir=tmp_path)
     datamodule = TextDataModule(block_size=cfg.model.block_size)
     datamodule.prepare()
     compiled = build_module(cfg, datamodule)
@@ -221,10 +221,10 @@ def test_compiled_model_keeps_its_parameter_names(tmp_path):
 def test_model_compile_must_be_a_boolean(tmp_path):
     from conftest import compose
 
-    from tinylm.config import config_errors
+    from tinylm.config import config_problems
 
-    assert config_errors(compose("model.compile=maybe", output_dir=tmp_path)) == [
-        "model.compile='maybe' must be true or false"
+    assert config_problems(compose("compile=maybe", output_dir=tmp_path)) == [
+        "compile='maybe' must be one of true, false"
     ]
-    assert config_errors(compose("model=lstm", "model.compile=true", output_dir=tmp_path)) == []
+    assert config_problems(compose("model=lstm", "compile=true", output_dir=tmp_path)) == []
 

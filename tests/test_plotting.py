@@ -10,7 +10,7 @@ import torch
 from matplotlib.figure import Figure
 
 from tinylm import plotting
-from tinylm.model import GPT, GPTConfig
+from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 PROBE = "自注意力可以让序列"

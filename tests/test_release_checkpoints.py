@@ -36,4 +36,5 @@ def test_an_earlier_release_checkpoint_resumes(tmp_path, tiny_text_file):
     train_main(cfg)
     resumed = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     assert resumed["global_step"] == 62
-    assert resumed["model_config"] == torch.load(ckpt, weights_only=True)["model_config"]
+    # the same model; the config now names its architecture, which release 0.1 left implicit
+    assert resumed["model_config"] == {"arch": "gpt", **torch.load(ckpt, weights_only=True)["model_config"]}

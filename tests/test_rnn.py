@@ -13,18 +13,18 @@ from conftest import ROOT, TINY_TEXT, compose, run_train
 from omegaconf import OmegaConf
 
 from tinylm.checkpoint import load_model
-from tinylm.config import config_errors
+from tinylm.config import config_problems
 from tinylm.errors import TinyLMError
 from tinylm.generation import generate
-from tinylm.model import GPT
+from tinylm.models import build_model, model_config_problems
+from tinylm.models.gpt import GPT
+from tinylm.models.rnn import RNNConfig, RNNLanguageModel, RNNState
 from tinylm.resume import check_resume
-from tinylm.rnn import RNNConfig, RNNLanguageModel, RNNState, build_model, model_config_problems
 
 
 def lstm_config(tmp_path, *overrides):
     cfg = compose("model=lstm", *overrides, output_dir=tmp_path)
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    model.pop("compile")  # how to run the model, not what it is: training.build_module drops it too
     return {**model, "vocab_size": 73}
 
 
@@ -104,7 +104,7 @@ def test_architecture_choice_and_config_errors(tmp_path):
     with pytest.raises(ValueError, match="model.arch='transformer'"):
         build_model({"arch": "transformer", "vocab_size": 5})
     cfg = compose("model=lstm", "model.hidden_size=0", "model.dropout=1.5", output_dir=tmp_path)
-    assert config_errors(cfg) == ["model.hidden_size=0 must be a positive integer",
+    assert config_problems(cfg) == ["model.hidden_size=0 must be a positive integer",
                                   "model.dropout=1.5 must be in [0, 1)"]
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tinylm.generation import generate
-from tinylm.model import GPT, GPTConfig, RotaryPositions
+from tinylm.models.gpt import GPT, GPTConfig, RotaryPositions
 
 
 def rope_model(**kw) -> GPT:
@@ -106,7 +106,7 @@ def test_kv_cache_matches_the_reference_past_block_size(attn_impl):
 
 def test_incremental_decoding_equals_one_full_pass():
     """Queries and keys rotated one position at a time in the cache equal a whole-sequence pass."""
-    from tinylm.model import KVCache
+    from tinylm.models.gpt import KVCache
 
     model = rope_model(block_size=16, n_embd=16, num_heads=2, num_layers=2)
     idx = torch.randint(73, (2, 16), generator=torch.Generator().manual_seed(5))

@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tinylm.model import GPT, GPTConfig
+from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.sweep_report import main as report_main
 from tinylm.training import build_datamodule
 

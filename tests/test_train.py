@@ -5,7 +5,9 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_MODEL, TINY_TEXT, run_train
+from conftest import TINY_MODEL, TINY_TEXT, compose, run_train
+
+from tinylm.training import main as train_main
 
 
 def load(path):
@@ -67,11 +69,10 @@ def test_relative_data_path_resolves_against_launch_directory(tmp_path, tiny_tex
     ],
 )
 def test_invalid_config_fails_before_training_with_one_line(tmp_path, override, message):
-    proc = run_train(tmp_path / "run", override, check=False)
-    assert proc.returncode != 0
-    assert f"error: invalid config: {message}" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    with pytest.raises(SystemExit) as info:
+        train_main(compose(override, output_dir=tmp_path / "run"))
+    assert str(info.value).startswith(f"error: invalid config: {message}") and "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists()  # nothing read, built or written
 
 
 def test_unknown_key_is_rejected(tmp_path):

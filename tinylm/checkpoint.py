@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.model import GPT
-from tinylm.rnn import RNNLanguageModel, build_model
+from tinylm.models import LanguageModel, build_model
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
@@ -113,7 +112,7 @@ def read_checkpoint(path: str | Path) -> dict:
 
 @dataclass
 class LoadedModel:
-    model: GPT | RNNLanguageModel  # in eval mode, on the CPU
+    model: LanguageModel  # in eval mode, on the CPU
     tokenizer: Tokenizer
     path: Path
     global_step: int | None
@@ -135,7 +134,7 @@ def load_model(path: str | Path) -> LoadedModel:
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} symbols but the model's "
                              f"vocab_size is {model.config.vocab_size}")
-        # Lightning prefixes the model's weights with the LitGPT attribute name, "model."
+        # Lightning prefixes the model's weights with the LitLanguageModel attribute name, "model."
         weights = {str(k).removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
         model.load_state_dict(weights)
     except (TypeError, ValueError, KeyError, RuntimeError) as e:

@@ -4,7 +4,7 @@ Hydra already rejects unknown keys (the config is in struct mode) but accepts an
 it parses from the command line (a string, int, float, bool, list or null). This module checks
 every value of the top level and of the ``data``, ``optim`` and ``trainer`` groups against a
 small typed rule (``RULES``), every key added with ``+`` against what uses it, and the model with
-``tinylm.rnn.model_config_problems``, so a bad value is one line, not a traceback from deep inside
+``tinylm.models.model_config_problems``, so a bad value is one line, not a traceback from deep inside
 Lightning, numpy or torch.
 """
 
@@ -23,7 +23,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.rnn import model_config_problems
+from tinylm.models import model_config_problems
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 
@@ -117,10 +117,11 @@ PRECISIONS = [p for literal in typing.get_args(_PRECISION_INPUT) for p in typing
 RULES: dict[str, Rule] = {
     "seed": integer(0, 2**32 - 1),  # what numpy's seed accepts
     "threads": nullable(integer()),
+    "compile": one_of(True, False),
     "ckpt_path": nullable(file_name),
     "data.path": nullable(file_name),
     "data.tokenizer": one_of(*TOKENIZERS),
-    "data.bpe_vocab_size": integer(),  # >= MIN_BPE_VOCAB when used: see config_errors
+    "data.bpe_vocab_size": integer(),  # >= MIN_BPE_VOCAB when used: see config_problems
     "data.batch_size": integer(),
     "data.val_fraction": number(0, 1, "()"),
     "data.val_batches": integer(),
@@ -181,19 +182,17 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
     Every data and optim key has a rule; trainer.devices is checked by ``devices_problem``.
     """
     problems = [f"{group}.{key} is unknown: remove it (the {group} settings are in conf/{group}/)"
-                for group in ("data", "optim") for key in cfg[group] if f"{group}.{key}" not in RULES]
+                for group in ("data", "optim") for key in cfg[group]
+                if key != "_target_" and f"{group}.{key}" not in RULES]
     problems += [f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
                  for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS]
     return problems
 
 
-def config_errors(cfg: DictConfig) -> list[str]:
+def config_problems(cfg: DictConfig) -> list[str]:
     """Every problem with a training config, each one line naming the key and the fix."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    compile_model = model.pop("compile", False)
     problems = model_config_problems({**model, "vocab_size": 1})
-    if not isinstance(compile_model, bool):
-        problems.append(f"model.compile={compile_model!r} must be true or false")
     missing = object()
     for key, rule in RULES.items():
         value = OmegaConf.select(cfg, key, default=missing)
@@ -212,6 +211,6 @@ def config_errors(cfg: DictConfig) -> list[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Raise one TinyLMError listing every problem, or return quietly."""
-    problems = config_errors(cfg)
+    problems = config_problems(cfg)
     if problems:
         raise TinyLMError("invalid config: " + "; ".join(problems))

@@ -21,8 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
-from tinylm.model import GPT, KVCache
-from tinylm.rnn import RNNLanguageModel, RNNState
+from tinylm.models import LanguageModel
 from tinylm.tokenizer import Tokenizer
 
 UNKNOWN_POLICIES = ("error", "skip")
@@ -36,7 +35,7 @@ def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def check_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0, num_samples=1):
+def validate_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0, num_samples=1):
     """Raise one TinyLMError line for a sampling setting that makes no sense."""
     if not _is_number(temperature) or not temperature >= 0:  # NaN fails >= too
         raise TinyLMError(
@@ -120,7 +119,7 @@ def sample_next(
 
 
 @contextmanager
-def inference_mode(model: GPT):
+def eval_no_grad(model: LanguageModel):
     """Eval mode and no autograd for one step, then the model's own mode back.
 
     Scoped to a step rather than the whole stream, so nothing leaks into the caller's code
@@ -138,19 +137,7 @@ def inference_mode(model: GPT):
             model.train()
 
 
-def context_window(model: GPT | RNNLanguageModel) -> int | None:
-    """How many of the last tokens the model reads: block_size for a GPT, all of them (None) for an RNN."""
-    return None if isinstance(model, RNNLanguageModel) else model.config.block_size
-
-
-def new_cache(model: GPT | RNNLanguageModel, batch_size: int, device, dtype) -> KVCache | RNNState:
-    """What carries the past from step to step: a KV cache for a GPT, the hidden state for an RNN."""
-    if isinstance(model, RNNLanguageModel):
-        return RNNState()
-    return KVCache(model.config, batch_size, device=device, dtype=dtype)
-
-
-def _next_logits(model: GPT | RNNLanguageModel, seq: torch.Tensor, cache: KVCache | RNNState | None) -> torch.Tensor:
+def _next_logits(model: LanguageModel, seq: torch.Tensor, cache) -> torch.Tensor:
     """Logits (B, V) for the token after ``seq`` (B, L), seeing at most ``context_window`` tokens.
 
     The reference (no cache): crop to the last block_size tokens (a GPT) and encode them all.
@@ -163,7 +150,7 @@ def _next_logits(model: GPT | RNNLanguageModel, seq: torch.Tensor, cache: KVCach
     An RNN has no window: its reference reads the whole text, and its hidden state (the cache)
     never goes stale, so with the cache it reads one new token per step however long the text.
     """
-    window = context_window(model)
+    window = model.context_window
     if cache is not None and (window is None or seq.size(1) <= window):
         logits, _ = model(seq[:, cache.length :], cache=cache, last_only=True)
     else:
@@ -172,7 +159,7 @@ def _next_logits(model: GPT | RNNLanguageModel, seq: torch.Tensor, cache: KVCach
 
 
 def stream_tokens(
-    model: GPT,
+    model: LanguageModel,
     idx: torch.Tensor,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -187,7 +174,7 @@ def stream_tokens(
     ``torch.no_grad`` and restores the model's mode after. Stop early by breaking out of the
     loop. See ``_next_logits`` for what the cache does.
     """
-    check_sampling(temperature, top_k, top_p, max_new_tokens)
+    validate_sampling(temperature, top_k, top_p, max_new_tokens)
     if idx.dim() != 2 or idx.size(1) == 0:
         raise TinyLMError(f"prompt ids of shape {tuple(idx.shape)}: need (batch, >= 1 token)")
     B, T = idx.shape
@@ -195,11 +182,11 @@ def stream_tokens(
     seq[:, :T] = idx
     cache = None
     if use_cache:
-        cache = new_cache(model, B, idx.device, next(model.parameters()).dtype)
+        cache = model.new_cache(B, idx.device, next(model.parameters()).dtype)
 
     def steps():
         for length in range(T, T + max_new_tokens):
-            with inference_mode(model):
+            with eval_no_grad(model):
                 logits = _next_logits(model, seq[:, :length], cache)
             next_ids = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
             seq[:, length] = next_ids
@@ -209,7 +196,7 @@ def stream_tokens(
 
 
 def generate(
-    model: GPT,
+    model: LanguageModel,
     idx: torch.Tensor,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -269,7 +256,7 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, unknown: str = "error") -> 
 
 
 def stream_text(
-    model: GPT,
+    model: LanguageModel,
     tokenizer: Tokenizer,
     prompt_ids: list[int],
     max_new_tokens: int,

@@ -1,7 +1,7 @@
 """The LightningModule: loss, optimizer, schedule and logging around the plain model.
 
-The model is a ``GPT``, or the LSTM/GRU baseline of ``tinylm.rnn`` when the model config says
-``arch: lstm`` or ``arch: gru``: both take ids and targets and return logits and the loss.
+The model is whatever ``model.arch`` names in ``tinylm.models`` (the GPT, the LSTM/GRU baseline):
+the module uses only the models' shared interface, ids and targets in, logits and the loss out.
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key) and the weights, so ``torch.load(path, weights_only=True)`` reads them
@@ -17,7 +17,7 @@ import lightning as L
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.rnn import build_model
+from tinylm.models import build_model
 
 LN2 = math.log(2)
 
@@ -32,7 +32,7 @@ def warmup_cosine(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: 
     return min_lr_ratio + 0.5 * (1 + math.cos(math.pi * progress)) * (1 - min_lr_ratio)
 
 
-class LitGPT(L.LightningModule):
+class LitLanguageModel(L.LightningModule):
     def __init__(
         self,
         model: dict,
@@ -45,7 +45,7 @@ class LitGPT(L.LightningModule):
         min_lr_ratio: float = 0.1,
         chars_per_token: float = 1.0,
     ):
-        """``model``: GPTConfig fields (or RNNConfig's, with ``arch``); ``tokenizer``: its plain-data state.
+        """``model``: the model config's fields (``arch`` picks the architecture); ``tokenizer``: its plain-data state.
 
         ``decay_steps`` > 0 turns on warmup + cosine decay (reaching the floor at that step);
         0 keeps the learning rate constant, as the reference run does.

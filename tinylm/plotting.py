@@ -31,7 +31,8 @@ from matplotlib.patches import Polygon
 from matplotlib.transforms import offset_copy
 
 from tinylm.errors import TinyLMError
-from tinylm.generation import inference_mode
+from tinylm.generation import eval_no_grad
+from tinylm.models import LanguageModel
 
 FONT_PACKAGE = "pylopdf_fonts_zh_cn"
 LATIN_FAMILY = "DejaVu Sans"  # matplotlib's bundled default font
@@ -120,15 +121,14 @@ def save_png(fig: Figure, path: str | Path) -> Path:
 # Attention
 
 
-def attention_weights(model: torch.nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
-    """Run ``ids`` (T,) through the model's explicit attention path; one (h, T, T) per layer.
+def attention_weights(model: LanguageModel, ids: torch.Tensor) -> list[torch.Tensor]:
+    """The model's attention maps for ``ids`` (T,): one (h, T, T) per layer.
 
-    ``return_attention=True`` makes every layer compute softmax(QK^T/sqrt(hs)) itself, even when
-    the model trains with the fused SDPA kernel. The pass runs in eval mode (no dropout) without
-    autograd, and the model's own mode is restored afterwards.
+    The pass runs in eval mode (no dropout) without autograd, and the model's own mode is
+    restored afterwards.
     """
-    with inference_mode(model):
-        _, _, weights = model(ids.unsqueeze(0), return_attention=True)  # per layer (1, h, T, T)
+    with eval_no_grad(model):
+        weights = model.attention_maps(ids.unsqueeze(0))  # per layer (1, h, T, T)
     return [w[0].float().cpu() for w in weights]  # (h, T, T) each
 
 

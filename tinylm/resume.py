@@ -29,7 +29,7 @@ from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
-RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "model.dropout", "model.attn_impl", "model.compile")
+RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
 LOCATORS = ("paths",)  # say where to look for `last`; never applied to the resumed run
 HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 RESUMES_FILE = "resumes.yaml"
@@ -134,7 +134,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
         raise TinyLMError(
             f"cannot change {', '.join(refused)} when resuming {run_dir}: a resumed run keeps its own model, "
             "data and seed (see its .hydra/overrides.yaml); a resume may change only trainer.*, optim.*, "
-            "callbacks, logger, threads and model.dropout/attn_impl/compile. For other settings start a new "
+            "callbacks, logger, threads, compile and model.dropout/attn_impl. For other settings start a new "
             "run without ckpt_path"
         )
     run_dirs = [o for o in hydra_args if _key(o) == "hydra.run.dir"]
@@ -154,7 +154,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
 def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict) -> int:
     """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training."""
     checkpoint = read_checkpoint(find_checkpoint(ckpt_path=path))
-    saved = checkpoint["model_config"]
+    saved = {"arch": "gpt", **checkpoint["model_config"]}  # release 0.1 wrote no arch for a GPT
     different = [f"{k}={saved.get(k)!r} (config: {model_config.get(k)!r})"
                  for k in SHAPE_KEYS if saved.get(k) != model_config.get(k)]
     if different:

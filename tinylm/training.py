@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tinylm.config import validate
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
-from tinylm.module import LitGPT
+from tinylm.module import LitLanguageModel
 from tinylm.resume import check_resume, record_resume
 from tinylm.run_logs import held_file_logs, log_error_to_files, quiet_lightning
 from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
@@ -37,41 +37,26 @@ def resolve_path(path: str | None) -> str | None:
 
 
 def build_datamodule(cfg: DictConfig) -> TextDataModule:
-    data = cfg.data
-    return TextDataModule(
-        path=resolve_path(data.path),
-        tokenizer=data.tokenizer,
-        block_size=cfg.model.block_size,
-        batch_size=data.batch_size,
-        val_fraction=data.val_fraction,
-        val_batches=data.val_batches,
-        repeat=data.repeat,
-        encoding=data.encoding,
-        errors=data.errors,
-        seed=cfg.seed,
-        url=data.url,
-        sha256=data.sha256,
-        bpe_vocab_size=data.bpe_vocab_size,
-        max_mib=data.max_mib,
-    )
+    """The data group's ``_target_``, with the model's context length, the run's seed and the path as launched."""
+    return hydra.utils.instantiate(cfg.data, path=resolve_path(cfg.data.path), block_size=cfg.model.block_size,
+                                   seed=cfg.seed)
 
 
-def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitGPT:
+def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageModel:
     model = OmegaConf.to_container(cfg.model, resolve=True)
     model["vocab_size"] = datamodule.tokenizer.vocab_size
-    compile_model = model.pop("compile", False)  # how to run the model, not what it is
     optim = OmegaConf.to_container(cfg.optim, resolve=True)
-    module = LitGPT(
+    module = LitLanguageModel(
         model=model,
         tokenizer=datamodule.tokenizer.state(),
         chars_per_token=datamodule.val_chars_per_token,
         **optim,
     )
-    if compile_model:
+    if cfg.compile:
         # In place: the parameters keep their names, so checkpoints load compiled or not.
         module.model.compile()
         if cfg.trainer.get("accelerator") == "cpu" or not torch.cuda.is_available():
-            log.warning("model.compile=true on a CPU: the first steps compile for up to a minute, and "
+            log.warning("compile=true on a CPU: the first steps compile for up to a minute, and "
                         "small models train slower than without it (see README, Performance)")
     return module
 

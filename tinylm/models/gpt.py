@@ -17,20 +17,23 @@ The module knows nothing about Lightning; ``tinylm.module`` wraps it for trainin
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
+from tinylm.models.base import LanguageModel, ModelConfig, size_problems
+from tinylm.models.ops import Dropout
+from tinylm.models.tracing import trace, tracing
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ATTN_IMPLS = ("sdpa", "explicit")
 
 
 @dataclass
-class GPTConfig:
-    vocab_size: int
+class GPTConfig(ModelConfig):
+    arch: str = "gpt"
     block_size: int = 32
     n_embd: int = 64
     num_heads: int = 4
@@ -39,80 +42,35 @@ class GPTConfig:
     pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope" (no parameters)
     attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, returns weights)
 
-    def __post_init__(self):
-        problems = config_problems(asdict(self))
-        if problems:
-            raise ValueError("; ".join(problems))
-
     @property
     def head_size(self) -> int:
         return self.n_embd // self.num_heads
 
-
-def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
-    """Sizes (``keys``) that are not positive integers, and a dropout outside [0, 1)."""
-    problems = []
-    for key in keys:
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            problems.append(f"model.{key}={value!r} must be a positive integer")
-    dropout = cfg.get("dropout")
-    if not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
-    return problems
-
-
-def config_problems(cfg: dict) -> list[str]:
-    """Everything wrong with a model configuration, each as 'what is wrong: how to fix it'."""
-    problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers"))
-    n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
-    if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
-        divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
-        nearest = min(divisors, key=lambda d: (abs(d - heads), -d))
-        problems.append(
-            f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: use "
-            f"model.num_heads={nearest} or a multiple of {heads} for n_embd (e.g. {heads * -(-n_embd // heads)})"
-        )
-    if cfg.get("pos_encoding") not in POS_ENCODINGS:
-        problems.append(
-            f"model.pos_encoding={cfg.get('pos_encoding')!r}: choose one of {', '.join(POS_ENCODINGS)}"
-        )
-    if cfg.get("attn_impl") not in ATTN_IMPLS:
-        problems.append(
-            f"model.attn_impl={cfg.get('attn_impl')!r}: choose one of {', '.join(ATTN_IMPLS)}"
-        )
-    sinusoidal = cfg.get("pos_encoding") == "sinusoidal"
-    if sinusoidal and isinstance(n_embd, int) and n_embd % 2:
-        problems.append(f"model.n_embd={n_embd} must be even for sinusoidal positions")
-    rope = cfg.get("pos_encoding") == "rope"
-    if rope and isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and (n_embd // heads) % 2:
-        problems.append(
-            f"head size model.n_embd/model.num_heads={n_embd // heads} must be even for rope positions "
-            "(it rotates pairs of channels): change model.n_embd or model.num_heads"
-        )
-    return problems
-
-
-# --------------------------------------------------------------------------------------------
-# Shape tracing: `with trace_shapes() as rows:` records (stage, shape) for every traced tensor.
-# Outside that context `_trace` is a single `if`, so training pays nothing for it.
-
-_TRACE: list[tuple[str, tuple[int, ...]]] | None = None
-
-
-def _trace(stage: str, tensor: torch.Tensor) -> None:
-    if _TRACE is not None:
-        _TRACE.append((stage, tuple(tensor.shape)))
-
-
-@contextmanager
-def trace_shapes():
-    global _TRACE
-    _TRACE = rows = []
-    try:
-        yield rows
-    finally:
-        _TRACE = None
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers"))
+        if cfg.get("arch", "gpt") != "gpt":
+            problems.append(f"model.arch={cfg.get('arch')!r} is not a GPT: use model=gpt")
+        n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
+        if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
+            divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
+            nearest = min(divisors, key=lambda d: (abs(d - heads), -d))
+            problems.append(
+                f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: use "
+                f"model.num_heads={nearest} or a multiple of {heads} for n_embd (e.g. {heads * -(-n_embd // heads)})"
+            )
+        for key, choices in (("pos_encoding", POS_ENCODINGS), ("attn_impl", ATTN_IMPLS)):
+            if cfg.get(key) not in choices:
+                problems.append(f"model.{key}={cfg.get(key)!r}: choose one of {', '.join(choices)}")
+        if cfg.get("pos_encoding") == "sinusoidal" and isinstance(n_embd, int) and n_embd % 2:
+            problems.append(f"model.n_embd={n_embd} must be even for sinusoidal positions")
+        rope = cfg.get("pos_encoding") == "rope"
+        if rope and isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and (n_embd // heads) % 2:
+            problems.append(
+                f"head size model.n_embd/model.num_heads={n_embd // heads} must be even for rope positions "
+                "(it rotates pairs of channels): change model.n_embd or model.num_heads"
+            )
+        return problems
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,7 +105,7 @@ class RotaryPositions(nn.Module):
     theta_i = 10000^(-2i/hs). A query at position m and a key at position n, rotated by their own
     angles, have the dot product of the unrotated pair turned by (m - n) * theta_i: attention
     scores depend on how far apart two tokens are, not on where they stand. (Pairing i with i+1
-    instead is the same method up to a fixed reordering of channels; halves are cheaper to slice.)
+    is the same up to a reordering of channels; halves are cheaper to slice.)
     """
 
     def __init__(self, block_size: int, head_size: int):
@@ -166,7 +124,7 @@ class RotaryPositions(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
-# KV cache: keys and values of past positions, one pair of buffers per layer.
+# Attention, with a KV cache: keys and values of past positions, one pair of buffers per layer
 
 
 class KVCache:
@@ -185,52 +143,6 @@ class KVCache:
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in layers]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in layers]
         self.length = 0  # number of positions stored
-        self.capacity = config.block_size
-
-    def reset(self) -> None:
-        self.length = 0
-
-
-# --------------------------------------------------------------------------------------------
-# Dropout with cheap masks
-
-
-class Dropout(nn.Module):
-    """Inverted dropout, same behaviour as ``nn.Dropout(p)``, with a cheaper random mask.
-
-    PyTorch's CPU dropout draws one random float per element on a single thread, which for this
-    small model costs about as much as all its matrix multiplies. Here each 64-bit random integer
-    gives four 16-bit numbers, each compared with a threshold: the keep probability is 1 - p to
-    within 1/65536, for a quarter of the random draws. The comparison writes floats directly:
-    a bool mask would be converted to floats element by element on the CPU (3x slower).
-    """
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-        self.threshold = -(2**15) + round(p * 2**16)  # int16 values >= threshold are kept
-        self.scale = 1.0 / (1.0 - p)
-
-    def mask(self, x: torch.Tensor) -> torch.Tensor:
-        """A random mask shaped like x: 0 (dropped, probability p) or 1 / (1 - p) (kept)."""
-        n = x.numel()
-        bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=x.device)
-        uniform16 = bits.view(torch.int16)[:n].view(x.shape)  # uniform over [-32768, 32767]
-        keep = torch.empty_like(x)
-        torch.ge(uniform16, self.threshold, out=keep)  # 1.0 = kept, 0.0 = dropped
-        return keep.mul_(self.scale)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        return x * self.mask(x)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-# --------------------------------------------------------------------------------------------
-# Attention
 
 
 class CausalSelfAttention(nn.Module):
@@ -262,7 +174,7 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
         if self.rotary is not None:  # keys are stored in the cache already rotated
             q, k = self.rotary(q, start), self.rotary(k, start)
-        _trace("q", q), _trace("k", k), _trace("v", v)
+        trace("q", q), trace("k", k), trace("v", v)
         return q, k, v
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
@@ -282,15 +194,15 @@ class CausalSelfAttention(nn.Module):
         # with dropout the explicit path (with the cheap Dropout) is faster there. Same numbers.
         dropout_on_cpu = self.training and self.dropout > 0 and x.device.type == "cpu"
         weights = None
-        if self.impl == "explicit" or need_weights or dropout_on_cpu:
+        if self.impl == "explicit" or need_weights or dropout_on_cpu or tracing():
             # scores = q k^T / sqrt(hs) + causal bias, as one fused op over the B*h heads
             bias = self.causal_bias[start : start + T, : start + T]  # (T, T'), -inf above the diagonal
             qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
             scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
             scores = scores.view(B, self.num_heads, T, -1)  # (B, h, T, T')
-            _trace("scores", scores)
+            trace("scores", scores)
             weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
-            _trace("attention weights", weights)
+            trace("attention weights", weights)
             y = self.attn_dropout(weights) @ v  # (B, h, T, hs)
         else:
             dropout_p = self.dropout if self.training else 0.0
@@ -299,11 +211,11 @@ class CausalSelfAttention(nn.Module):
             else:  # cached decoding; one new query sees every stored key, so it needs no mask
                 attn_mask = None if T == 1 else mask
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-        _trace("attention output per head", y)
+        trace("attention output per head", y)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads concatenated
-        _trace("heads concatenated", y)
+        trace("heads concatenated", y)
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
-        _trace("attention projection", y)
+        trace("attention projection", y)
         return y, weights
 
 
@@ -322,7 +234,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         h = F.relu(self.fc(x))  # (B, T, 4C)
-        _trace("feed-forward hidden", h)
+        trace("feed-forward hidden", h)
         return self.dropout(self.proj(h))  # (B, T, C)
 
 
@@ -340,7 +252,7 @@ class Block(nn.Module):
         a, weights = self.attn(self.ln1(x), cache, layer, need_weights)
         x = x + a  # (B, T, C)
         x = x + self.ffwd(self.ln2(x))  # (B, T, C)
-        _trace("block output", x)
+        trace("block output", x)
         return x, weights
 
 
@@ -348,24 +260,9 @@ class Block(nn.Module):
 # The model
 
 
-class ParameterCount:
-    """``num_params`` and a printable table, from the model's ``parameter_table()`` rows.
+class GPT(LanguageModel):
+    has_attention = True
 
-    Shared by every architecture (``tinylm.rnn`` too), so training prints them all alike.
-    """
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def format_parameter_table(self) -> str:
-        rows = self.parameter_table()
-        width = max(len(name) for name, _ in rows)
-        lines = [f"{name:<{width}}  {count:>10,}" for name, count in rows]
-        lines.append(f"{'total':<{width}}  {self.num_params():>10,}")
-        return "\n".join(lines)
-
-
-class GPT(ParameterCount, nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -390,10 +287,7 @@ class GPT(ParameterCount, nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(
-        self, idx, targets=None, cache: KVCache | None = None, return_attention=False,
-        last_only=False,
-    ):
+    def forward(self, idx, targets=None, cache: KVCache | None = None, return_attention=False, last_only=False):
         """idx (B, T) -> (logits (B, T, V), loss or None), plus attention weights on request.
 
         ``cache``: decode incrementally; ``idx`` holds only the new positions.
@@ -404,18 +298,16 @@ class GPT(ParameterCount, nn.Module):
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.block_size:
-            raise ValueError(
-                f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}"
-            )
-        _trace("ids", idx)
+            raise ValueError(f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}")
+        trace("ids", idx)
         tok = self.token_embedding(idx)  # (B, T, C)
-        _trace("token embedding", tok)
+        trace("token embedding", tok)
         if self.position_embedding is not None:
             pos = self.position_embedding(torch.arange(start, start + T, device=idx.device))  # (T, C)
-            _trace("position embedding", pos)
+            trace("position embedding", pos)
             tok = tok + pos  # (B, T, C), positions broadcast over the batch
         x = self.drop(tok)  # (B, T, C)
-        _trace("token + position", x)
+        trace("token + position", x)
 
         attention = []
         for layer, block in enumerate(self.blocks):
@@ -427,16 +319,16 @@ class GPT(ParameterCount, nn.Module):
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         x = self.ln_f(x)  # (B, T, C)
-        _trace("final LayerNorm", x)
+        trace("final LayerNorm", x)
         logits = self.lm_head(x)  # (B, T, V)
-        _trace("logits", logits)
+        trace("logits", logits)
 
         loss = None
         if targets is not None and not last_only:
             flat_logits = logits.view(B * T, -1)  # (B*T, V)
             flat_targets = targets.reshape(B * T)  # (B*T,)
-            _trace("loss input: logits", flat_logits)
-            _trace("loss input: targets", flat_targets)
+            trace("loss input: logits", flat_logits)
+            trace("loss input: targets", flat_targets)
             loss = F.cross_entropy(flat_logits, flat_targets)
         if return_attention:
             return logits, loss, attention
@@ -448,3 +340,15 @@ class GPT(ParameterCount, nn.Module):
         parts += [(f"blocks.{i}", block) for i, block in enumerate(self.blocks)]
         parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
         return [(name, sum(p.numel() for p in m.parameters()) if m is not None else 0) for name, m in parts]
+
+    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
+        return KVCache(self.config, batch_size, device=device, dtype=dtype)
+
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer (B, h, T, T): every layer computes softmax(q kᵀ/√hs) itself, even with SDPA."""
+        return self(idx, return_attention=True)[2]
+
+    def dimensions(self) -> dict[str, int]:
+        c = self.config
+        return {"C (embedding width)": c.n_embd, "h (heads)": c.num_heads, "hs (head size)": c.head_size,
+                "V (vocabulary)": c.vocab_size}

@@ -5,33 +5,29 @@ Shapes: B = batch, T = sequence length, E = n_embd, H = hidden_size, V = vocabul
     ids (B, T) -> token embedding (B, T, E) -> num_layers x LSTM/GRU -> (B, T, H)
       -> lm_head -> logits (B, T, V)
 
-It has the GPT's interface (``forward(idx, targets, cache, last_only)``, ``config.block_size``,
-``token_embedding``, ``num_params``, ``parameter_table``), so the same LightningModule, data,
-callbacks and sampling loop drive it. Training reads windows of ``block_size`` tokens, each
-starting from a zero hidden state. Generation is not limited to a window: the hidden state carries
-the whole past, and ``RNNState`` plays the part of the KV cache.
-
-The model config's ``arch`` key (``gpt`` when absent, ``lstm`` or ``gru``) picks the architecture;
-``build_model`` and ``model_config_problems`` below are the one place that maps it to a class.
+It implements ``LanguageModel``, so the same LightningModule, data, callbacks and sampling loop
+drive it. Training reads windows of ``block_size`` tokens, each starting from a zero hidden state.
+Generation is not limited to a window (``context_window`` is None): the hidden state carries the
+whole past, and ``RNNState`` plays the part of the KV cache. It has no attention to show.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tinylm.model import GPT, Dropout, GPTConfig, ParameterCount, config_problems, size_problems
+from tinylm.models.base import LanguageModel, ModelConfig, size_problems
+from tinylm.models.ops import Dropout
+from tinylm.models.tracing import trace
 
 RNN_ARCHS = ("lstm", "gru")
-ARCHS = ("gpt", *RNN_ARCHS)
 
 
 @dataclass
-class RNNConfig:
-    vocab_size: int
+class RNNConfig(ModelConfig):
     arch: str = "lstm"  # "lstm" or "gru"
     block_size: int = 32  # training window (backpropagation through time); generation is unlimited
     n_embd: int = 64  # E: token embedding width, the first layer's input
@@ -39,18 +35,12 @@ class RNNConfig:
     num_layers: int = 2
     dropout: float = 0.1  # on the embeddings, between layers and before lm_head
 
-    def __post_init__(self):
-        problems = rnn_config_problems(asdict(self))
-        if problems:
-            raise ValueError("; ".join(problems))
-
-
-def rnn_config_problems(cfg: dict) -> list[str]:
-    """Everything wrong with an RNN configuration, each as 'what is wrong: how to fix it'."""
-    problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "hidden_size", "num_layers"))
-    if cfg.get("arch") not in RNN_ARCHS:
-        problems.append(f"model.arch={cfg.get('arch')!r}: choose one of {', '.join(RNN_ARCHS)}")
-    return problems
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "hidden_size", "num_layers"))
+        if cfg.get("arch") not in RNN_ARCHS:
+            problems.append(f"model.arch={cfg.get('arch')!r}: choose one of {', '.join(RNN_ARCHS)}")
+        return problems
 
 
 class RNNState:
@@ -68,7 +58,7 @@ class RNNState:
         self.hidden, self.length = None, 0
 
 
-class RNNLanguageModel(ParameterCount, nn.Module):
+class RNNLanguageModel(LanguageModel):
     def __init__(self, config: RNNConfig):
         super().__init__()
         self.config = config
@@ -91,13 +81,17 @@ class RNNLanguageModel(ParameterCount, nn.Module):
         positions not read yet.
         """
         B, T = idx.shape
+        trace("ids", idx)
         x = self.drop(self.token_embedding(idx))  # (B, T, E)
+        trace("token embedding", x)
         out, hidden = self.rnn(x, cache.hidden if cache is not None else None)  # (B, T, H)
+        trace("recurrent output", out)
         if cache is not None:
             cache.hidden, cache.length = hidden, cache.length + T
         if last_only:
             out = out[:, -1:]  # (B, 1, H)
         logits = self.lm_head(self.drop(out))  # (B, T, V)
+        trace("logits", logits)
         loss = None
         if targets is not None and not last_only:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V) vs (B*T,)
@@ -112,27 +106,13 @@ class RNNLanguageModel(ParameterCount, nn.Module):
         rows.append(("lm_head", sum(p.numel() for p in self.lm_head.parameters())))
         return rows
 
+    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> RNNState:
+        return RNNState()
 
-# --------------------------------------------------------------------------------------------
-# Choosing the architecture from the model config's ``arch``
+    @property
+    def context_window(self) -> None:
+        return None  # the hidden state carries the whole past
 
-
-def model_config_problems(cfg: dict) -> list[str]:
-    """Everything wrong with a model config of any architecture (``arch`` absent means gpt)."""
-    arch = cfg.get("arch", "gpt")
-    if arch == "gpt":
-        return config_problems(cfg)
-    if arch in RNN_ARCHS:
-        return rnn_config_problems(cfg)
-    return [f"model.arch={arch!r}: choose one of {', '.join(ARCHS)} (model=gpt or model=lstm)"]
-
-
-def build_model(config: dict) -> GPT | RNNLanguageModel:
-    """The model a config describes: ``GPT`` (no ``arch`` key, or gpt), or an LSTM/GRU."""
-    config = dict(config)
-    arch = config.pop("arch", "gpt")
-    if arch in RNN_ARCHS:
-        return RNNLanguageModel(RNNConfig(arch=arch, **config))
-    if arch != "gpt":
-        raise ValueError(f"model.arch={arch!r}: choose one of {', '.join(ARCHS)}")
-    return GPT(GPTConfig(**config))
+    def dimensions(self) -> dict[str, int]:
+        c = self.config
+        return {"E (embedding width)": c.n_embd, "H (hidden size)": c.hidden_size, "V (vocabulary)": c.vocab_size}

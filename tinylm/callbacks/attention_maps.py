@@ -1,0 +1,109 @@
+"""``AttentionMaps``: per-layer attention heatmaps of a fixed probe text, in the Images tab."""
+
+from __future__ import annotations
+
+import torch
+
+from tinylm import plotting
+from tinylm.callbacks.inspector import (
+    PeriodicInspector,
+    log,
+    tensorboard_writer,
+    training_text_opening,
+    without_unknown,
+)
+from tinylm.errors import TinyLMError
+from tinylm.tokenizer import Tokenizer, tokenizer_from_state
+
+
+class AttentionMaps(PeriodicInspector):
+    """Attention heatmaps of a fixed probe text, one image per layer (panels = heads).
+
+    ``text``: the probe; characters outside the vocabulary are skipped with a warning. A probe with
+    fewer than 2 usable characters (blank, or unknown) is replaced by the first 16 characters of the
+    training text's first line, and without such a line the maps are off for the run: decided once,
+    when training starts, in one warning saying what to set. The causal mask for the probe's length
+    is logged once, as ``attention/causal_mask``, when training starts. A model without attention
+    (the LSTM/GRU baseline) is skipped with one warning.
+    """
+
+    def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列"):
+        super().__init__(every_n_steps)
+        if not isinstance(text, str):
+            raise TinyLMError(f"AttentionMaps.text={text!r} must be a string")
+        self.text = text
+        self._ids: list[int] | None = None  # [] once decided that there is no probe this run
+        self._labels: list[str] = []
+        self._warned_no_attention = False
+
+    def has_attention(self, module) -> bool:
+        """False for a model without attention (LSTM/GRU), said once: one callback list serves every model."""
+        if module.model.has_attention:
+            return True
+        if not self._warned_no_attention:
+            log.warning("AttentionMaps: the %s model has no attention to draw; skipped for this run",
+                        module.model.config.arch)
+            self._warned_no_attention = True
+        return False
+
+    def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
+        """The probe's token ids (at most block_size), or [] when there is none (said once)."""
+        usable = "".join(ch for ch in self.text if ch not in tokenizer.unknown(self.text))
+        if len(usable.strip()) >= 2:
+            text = without_unknown(tokenizer, self.text, "attention probe text")  # names the skipped ones
+        else:
+            try:
+                text = training_text_opening(trainer, tokenizer, 16)
+            except TinyLMError:
+                text = ""
+            problem = f"AttentionMaps: the probe text {self.text!r} has fewer than 2 non-blank known characters"
+            if len(text) < 2:
+                log.warning("%s and there is no training text to take one from: no attention maps this run; "
+                            "set callbacks.attention_maps.text to a phrase of the training text", problem)
+                return []
+            log.warning("%s: drawing the training text's opening %r instead; set "
+                        "callbacks.attention_maps.text to a phrase of the training text", problem, text)
+        ids = tokenizer.encode(text)
+        if len(ids) > block_size:
+            log.warning("attention probe text: keeping the first %d tokens (block_size)",
+                        block_size)
+        return ids[:block_size]
+
+    def _prepare(self, trainer, module) -> None:
+        """Decide the probe once per run: its ids and labels, or [] (no maps) also when this fails."""
+        if self._ids is None:
+            self._ids = []
+            tokenizer = tokenizer_from_state(module.tokenizer_state)
+            self._ids = self.probe_ids(trainer, tokenizer, module.model.config.block_size)
+            self._labels = plotting.token_labels(tokenizer, self._ids)
+
+    def log_causal_mask(self, trainer, module) -> None:
+        writer = tensorboard_writer(trainer)
+        if writer is None:
+            return
+        self._prepare(trainer, module)
+        if not self._ids:
+            return
+        T = len(self._ids)
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # (T, T) True = visible
+        image = plotting.render_rgb(plotting.causal_mask_figure(mask, self._labels))
+        writer.add_image("attention/causal_mask", image, trainer.global_step, dataformats="HWC")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and self.has_attention(pl_module):
+            self.timed("AttentionMaps (causal mask)", trainer.global_step,
+                       lambda: self.log_causal_mask(trainer, pl_module))
+
+    def inspect(self, trainer, module) -> None:
+        writer = tensorboard_writer(trainer)
+        if writer is None or not self.has_attention(module):
+            return
+        self._prepare(trainer, module)
+        if not self._ids:
+            return
+        step = trainer.global_step
+        ids = torch.tensor(self._ids, device=module.device)  # (T,)
+        for layer, weights in enumerate(plotting.attention_weights(module.model, ids)):
+            figure = plotting.attention_figure(weights, self._labels, layer, note=f"step {step}")
+            writer.add_image(f"attention/layer{layer}", plotting.render_rgb(figure), step,
+                             dataformats="HWC")

@@ -1,0 +1,106 @@
+"""What the callbacks share: the TensorBoard writer, failure-proof calls, the training text's
+opening as a default, and ``PeriodicInspector``, the base of the periodic ones."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch.utils.tensorboard import SummaryWriter
+
+from tinylm.errors import TinyLMError
+from tinylm.tokenizer import Tokenizer
+
+log = logging.getLogger(__package__)  # "tinylm.callbacks" for every callback
+
+
+def tensorboard_writer(trainer: L.Trainer) -> SummaryWriter | None:
+    """The SummaryWriter of the trainer's TensorBoard logger, if it has one."""
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            return logger.experiment
+    return None
+
+
+def guarded(what: str, step: int, action: Callable[[], None]) -> None:
+    """Run ``action``; if it raises, log one warning and carry on (training must not stop)."""
+    try:
+        action()
+    except Exception as e:  # any failure of an observer is survivable
+        log.warning("%s failed at step %d and was skipped (%s: %s); training continues",
+                    what, step, type(e).__name__, e)
+
+
+def without_unknown(tokenizer: Tokenizer, text: str, what: str) -> str:
+    """``text`` minus the characters the vocabulary lacks, with a warning naming them."""
+    missing = tokenizer.unknown(text)
+    if missing:
+        log.warning("%s %r: skipping %d character(s) not in the vocabulary: %s",
+                    what, text, len(missing), " ".join(repr(c) for c in missing))
+    return "".join(ch for ch in text if ch not in missing)
+
+
+def training_text_opening(trainer: L.Trainer, tokenizer: Tokenizer, max_chars: int) -> str:
+    """The first ``max_chars`` characters of the first non-empty line of the training text."""
+    ids = getattr(trainer.datamodule, "train_ids", None)
+    if ids is None:
+        raise TinyLMError("no training text to take a default from: set the text in the config")
+    head = tokenizer.decode(ids[: 4 * max_chars + 256].tolist())  # 4: longest UTF-8 character
+    lines = [line.strip() for line in head.splitlines() if line.strip()]
+    return lines[0][:max_chars] if lines else ""
+
+
+def validate_interval(owner: str, every_n_steps) -> int | None:
+    if every_n_steps is None or (
+        isinstance(every_n_steps, int) and not isinstance(every_n_steps, bool) and every_n_steps > 0
+    ):
+        return every_n_steps
+    raise TinyLMError(
+        f"{owner}.every_n_steps={every_n_steps!r} must be a positive integer, "
+        "or null to run only when training ends"
+    )
+
+
+class PeriodicInspector(L.Callback):
+    """Calls ``inspect`` every ``every_n_steps`` steps and at the end of training, on rank 0.
+
+    Subclasses implement ``inspect(trainer, module)``. Time spent is added up in ``seconds`` and
+    reported when training ends, so the cost of watching is visible next to the cost of training.
+    """
+
+    def __init__(self, every_n_steps: int | None):
+        self.every_n_steps = validate_interval(type(self).__name__, every_n_steps)
+        self.seconds = 0.0
+        self.calls = 0
+        self._last_step: int | None = None
+
+    def inspect(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        raise NotImplementedError
+
+    def timed(self, what: str, step: int, action: Callable[[], None]) -> None:
+        """``guarded(action)``, its time added to ``seconds``."""
+        started = time.perf_counter()
+        guarded(what, step, action)
+        self.seconds += time.perf_counter() - started
+        self.calls += 1
+
+    def run(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        """Inspect now (once per step at most), never raising."""
+        step = trainer.global_step
+        if not trainer.is_global_zero or step == self._last_step:
+            return
+        self._last_step = step
+        self.timed(type(self).__name__, step, lambda: self.inspect(trainer, module))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self.run(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.run(trainer, pl_module)
+        if self.calls:
+            log.info("%s: %d call(s), %.2f s in total", type(self).__name__, self.calls,
+                     self.seconds)

@@ -1,0 +1,34 @@
+"""Run the comparisons of the reference experiment and write their answers to one folder.
+
+    python -m tinylm.compare positions|tokenizers|rnn|tricks|all [--steps N] [--data PATH]
+        [--max-chars N] [--bpe-vocab-size N] [--out DIR] [--rerun] [train.py overrides ...]
+
+Each comparison trains a few variants of the same run (same data, seed, steps, batch and block),
+one ``train.py`` process per variant, into ``<out>/<comparison>/<variant>/`` (an ordinary run
+folder: metrics.json, TensorBoard events, checkpoints, so ``generate.py run_dir=...`` works on it):
+
+- positions:  learned table | fixed sin/cos | rotary (rope)
+- tokenizers: char | byte | BPE (``data.bpe_vocab_size``), compared in bits per character
+- rnn:        the GPT | an LSTM | a GRU (``model=lstm``), val loss vs parameters vs tokens/s
+- tricks:     constant learning rate | warmup + cosine decay | gradient clipping | both
+
+A variant whose folder already holds a finished run with the same settings is read, not run
+again, so an interrupted comparison continues where it stopped and a finished one only rebuilds
+the report. Every comparison includes the reference run (learned, char, gpt, constant_lr are one
+and the same training config): once trained, it is copied into the other comparisons' folders.
+
+Then ``<out>/REPORT.md`` gets one table per comparison (a row per variant, built by
+``tinylm.sweep_report`` from each run's metrics.json) and ``<out>/<comparison>/curves.png`` the
+validation curves of its variants on one chart, read from the TensorBoard event files.
+
+The package reads in the order of the work: ``spec`` (what each comparison trains), ``runner``
+(train or reuse each variant), ``report`` (tables and curves), ``command`` (the command line).
+"""
+
+from tinylm.compare.command import data_override, main
+from tinylm.compare.report import scalar_curve, write_report
+from tinylm.compare.runner import copy_run, finished, same_run_elsewhere, training_config
+from tinylm.compare.spec import Comparison, comparisons
+
+__all__ = ["Comparison", "comparisons", "copy_run", "data_override", "finished", "main", "same_run_elsewhere",
+           "scalar_curve", "training_config", "write_report"]

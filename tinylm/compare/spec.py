@@ -1,0 +1,49 @@
+"""What each comparison trains: its variants, as train.py overrides, and the metric that decides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Comparison:
+    title: str
+    metric: str  # the metric that decides (TensorBoard tag val/<metric>, metrics.json val_<metric>)
+    variants: dict[str, list[str]]  # variant name -> its train.py overrides
+    note: str
+
+
+def comparisons(steps: int, bpe_vocab_size: int) -> dict[str, Comparison]:
+    """Every comparison and its variants, for a budget of ``steps`` training steps."""
+    warmup = max(1, steps // 10)
+    schedule = [f"optim.warmup_steps={warmup}", f"optim.decay_steps={steps}"]
+    clip = ["trainer.gradient_clip_val=1.0"]
+    return {
+        "positions": Comparison(
+            "Position encodings", "loss",
+            {p: [f"model.pos_encoding={p}"] for p in ("learned", "sinusoidal", "rope")},
+            "learned: a trained (block_size, C) table; sinusoidal: fixed sin/cos added to the embeddings; "
+            "rope: queries and keys rotated by their position inside attention. Only learned has position "
+            "parameters.",
+        ),
+        "tokenizers": Comparison(
+            "Tokenizers", "bpc",
+            {"char": ["data.tokenizer=char"], "byte": ["data.tokenizer=byte"],
+             "bpe": ["data.tokenizer=bpe", f"data.bpe_vocab_size={bpe_vocab_size}"]},
+            "Per-token losses of different vocabularies are not comparable: compare val_bpc, the bits per "
+            "character of the same validation text (validation bits / validation characters). Every run "
+            "sees the same number of tokens per step; a BPE or char token covers more text than a byte.",
+        ),
+        "rnn": Comparison(
+            "Transformer vs recurrent baseline", "loss",
+            {"gpt": ["model=gpt"], "lstm": ["model=lstm"], "gru": ["model=lstm", "model.arch=gru"]},
+            "Same LightningModule, data and callbacks; tokens_per_second is training throughput on this "
+            "machine (validation and checkpoints included in the wall time).",
+        ),
+        "tricks": Comparison(
+            "Training tricks", "loss",
+            {"constant_lr": [], "warmup_cosine": schedule, "grad_clip": clip, "warmup_cosine_clip": schedule + clip},
+            f"constant_lr is the reference schedule; warmup_cosine: linear warmup for {warmup} steps, then cosine "
+            f"decay to 0.1 x lr at step {steps}; grad_clip: gradient norm clipped at 1.0.",
+        ),
+    }

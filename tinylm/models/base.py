@@ -1,0 +1,91 @@
+"""What every tinylm model is: a config dataclass validated in one place, and one interface.
+
+Training, generation, the TensorBoard callbacks and ``visualize.py`` use a model only through
+``LanguageModel``; none of them asks which class it holds. An architecture that has no attention
+says so by returning ``None`` from ``attention_maps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class ModelConfig:
+    """Base of every architecture's config: ``problems`` lists what is wrong, construction refuses it."""
+
+    vocab_size: int
+
+    def __post_init__(self):
+        problems = self.problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        """Everything wrong with a config of this architecture, each as 'what is wrong: how to fix it'."""
+        raise NotImplementedError
+
+
+def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
+    """Sizes (``keys``) that are not positive integers, and a dropout outside [0, 1)."""
+    problems = []
+    for key in keys:
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            problems.append(f"model.{key}={value!r} must be a positive integer")
+    dropout = cfg.get("dropout")
+    if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
+    return problems
+
+
+class LanguageModel(nn.Module):
+    """The interface of every model: ids in, next-token logits (and the loss) out.
+
+    - ``forward(idx, targets=None, cache=None, last_only=False) -> (logits, loss)``
+    - ``new_cache(batch_size, device, dtype)``: what carries the past between generation steps
+    - ``context_window``: how many of the last tokens it reads (None: all of them)
+    - ``has_attention`` and ``attention_maps(idx)``: per-layer attention weights (a model without
+      attention has ``has_attention = False``, and its maps are None)
+    - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
+    """
+
+    config: ModelConfig
+    has_attention = False
+
+    def new_cache(self, batch_size: int, device=None, dtype=torch.float32):
+        raise NotImplementedError
+
+    @property
+    def context_window(self) -> int | None:
+        return self.config.block_size
+
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor] | None:
+        """Per layer, the attention weights (B, h, T, T) for ``idx`` (B, T); None: no attention."""
+        return None
+
+    def token_embeddings(self) -> torch.Tensor:
+        """The token embedding matrix (V, C): one row per vocabulary symbol."""
+        return self.token_embedding.weight
+
+    def dimensions(self) -> dict[str, int]:
+        """The model's sizes by the letters its shape comments use, e.g. {"C (embedding width)": 64}."""
+        raise NotImplementedError
+
+    def parameter_table(self) -> list[tuple[str, int]]:
+        """(part, parameter count) rows, in the order of the forward pass."""
+        raise NotImplementedError
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def format_parameter_table(self) -> str:
+        rows = self.parameter_table()
+        width = max(len(name) for name, _ in rows)
+        lines = [f"{name:<{width}}  {count:>10,}" for name, count in rows]
+        lines.append(f"{'total':<{width}}  {self.num_params():>10,}")
+        return "\n".join(lines)
