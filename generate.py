@@ -18,8 +18,8 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from tinylm.checkpoint import find_checkpoint, load_model
-from tinylm.cli import quiet_broken_pipe, quote_values, run_command
+from tinylm.checkpoint import load_model
+from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.generation import encode_prompt, stream_text, validate_sampling
 from tinylm.textfile import read_capped_bytes
@@ -76,11 +76,7 @@ def run(cfg: DictConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     prompt = read_prompt(cfg)
-    path = find_checkpoint(
-        hydra.utils.to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None,
-        hydra.utils.to_absolute_path(cfg.run_dir) if cfg.run_dir else None,
-        cfg.paths.log_dir,
-    )
+    path = checkpoint_from_config(cfg)
     loaded = load_model(path)
     prompt_ids = encode_prompt(loaded.tokenizer, prompt, cfg.unknown)
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
@@ -119,6 +115,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = quote_values(quote_values(sys.argv, TEXT_KEYS, literal=True), PATH_KEYS)
-    with quiet_broken_pipe():
-        main()
+    launch(main, TEXT_KEYS, PATH_KEYS)

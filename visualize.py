@@ -9,7 +9,6 @@ One file per layer, ``attention_layer<N>.png``, with a panel per head: the same 
 """
 
 import os
-import sys
 from pathlib import Path
 
 import hydra
@@ -17,8 +16,8 @@ import torch
 from omegaconf import DictConfig
 
 from tinylm import plotting
-from tinylm.checkpoint import find_checkpoint, load_model
-from tinylm.cli import quiet_broken_pipe, quote_values, run_command
+from tinylm.checkpoint import load_model
+from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import Tokenizer
 
@@ -61,11 +60,7 @@ def write_attention_pngs(model, tokenizer: Tokenizer, ids: list[int], out_dir: P
 
 
 def run(cfg: DictConfig) -> list[Path]:
-    path = find_checkpoint(
-        hydra.utils.to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None,
-        hydra.utils.to_absolute_path(cfg.run_dir) if cfg.run_dir else None,
-        cfg.paths.log_dir,
-    )
+    path = checkpoint_from_config(cfg)
     loaded = load_model(path)
     if not loaded.model.has_attention:
         raise TinyLMError(f"checkpoint {path} holds an {loaded.model.config.arch} model, which has no attention "
@@ -87,6 +82,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = quote_values(quote_values(sys.argv, TEXT_KEYS, literal=True), PATH_KEYS)
-    with quiet_broken_pipe():
-        main()
+    launch(main, TEXT_KEYS, PATH_KEYS)

@@ -17,6 +17,7 @@ from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
 from hydra import compose, initialize_config_dir
 
 from tinylm.checkpoint import load_model
+from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 from tinylm.generation import (
     encode_prompt,
@@ -552,7 +553,7 @@ def test_prompt_file_must_be_a_small_utf8_regular_file(tmp_path):
 def test_prompt_file_path_is_quoted_and_never_unescaped(tmp_path):
     path = tmp_path / "my 提示 a\\nb's.txt"  # a backslash-n in a path is two characters
     path.write_bytes("\ufeff第一行\r\n二\r三\n".encode())
-    overrides = generate_cli.quote_values([f"prompt_file={path}"], generate_cli.PATH_KEYS)
+    overrides = quote_values([f"prompt_file={path}"], generate_cli.PATH_KEYS)
     assert generate_cli.read_prompt(compose_generate(*overrides)) == "第一行\n二\r三\n"  # as training reads
 
 

@@ -16,7 +16,9 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig
 
 from tinylm.errors import TinyLMError
@@ -103,3 +105,20 @@ def run_command(run: Callable[[DictConfig], object], cfg: DictConfig) -> None:
         raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:
         raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def checkpoint_from_config(cfg: DictConfig) -> Path:
+    """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names."""
+    from tinylm.checkpoint import find_checkpoint  # torch: only for the scripts that load one
+
+    def absolute(path) -> str | None:  # relative to where the command was launched
+        return hydra.utils.to_absolute_path(str(path)) if path else None
+
+    return find_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)
+
+
+def launch(main: Callable[[], None], text_keys: Iterable[str], path_keys: Iterable[str]) -> None:
+    """Run a ``@hydra.main`` entry point with its free text and paths quoted for Hydra, quiet on a closed pipe."""
+    sys.argv = quote_values(quote_values(sys.argv, text_keys, literal=True), path_keys)
+    with quiet_broken_pipe():
+        main()

@@ -199,26 +199,21 @@ def generate(
     model: LanguageModel,
     idx: torch.Tensor,
     max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    use_cache: bool = True,
     stop_ids: Iterable[int] | None = None,
+    **sampling,
 ) -> torch.Tensor:
     """Continue ``idx`` (B, T) by up to ``max_new_tokens`` ids; return (B, T + n).
 
-    ``stop_ids``: a row is finished once it produces one of these ids (it is kept in the output);
-    generation ends when every row is finished, and rows that finished earlier are padded with
-    the stop id they produced, so cutting each row after its first stop id gives its text.
-    The same ``generator`` state gives the same ids.
+    ``sampling``: keyword arguments of ``stream_tokens`` (temperature, top_k, top_p, generator,
+    use_cache). ``stop_ids``: a row is finished once it produces one of these ids (it is kept in
+    the output); generation ends when every row is finished, and rows that finished earlier are
+    padded with the stop id they produced, so cutting each row after its first stop id gives its
+    text. The same ``generator`` state gives the same ids.
     """
     stop = torch.tensor(sorted(set(stop_ids or ())), dtype=torch.long, device=idx.device)
     done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)  # (B,)
     new = []
-    for next_ids in stream_tokens(
-        model, idx, max_new_tokens, temperature, top_k, top_p, generator, use_cache
-    ):
+    for next_ids in stream_tokens(model, idx, max_new_tokens, **sampling):
         if new:
             next_ids = torch.where(done, new[-1], next_ids)  # finished rows repeat their stop id
         new.append(next_ids)
