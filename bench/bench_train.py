@@ -130,8 +130,8 @@ class StepTimer(L.Callback):
 
 
 def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str, device: str = "cpu",
-                      bf16: bool = False) -> float:
-    """Seconds for ``steps`` steps of Trainer.fit, as users run it (logger on, no validation)."""
+                      bf16: bool = False) -> tuple[float, torch.nn.Module]:
+    """Seconds for ``steps`` steps of Trainer.fit, as users run it (logger on, no validation), and the model."""
     torch.manual_seed(0)
     datamodule = make_datamodule(cfg)
     module = make_module(cfg, datamodule)
@@ -144,11 +144,12 @@ def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str, device: 
         enable_model_summary=False, log_every_n_steps=10,
     )
     trainer.fit(module, datamodule=datamodule)
-    return timer.seconds
+    return timer.seconds, module.model
 
 
-def plain_loop_seconds(cfg: dict, steps: int, warmup: int, device: str = "cpu", bf16: bool = False) -> float:
-    """Seconds for ``steps`` steps of the plainest loop over the same model, optimizer, batches."""
+def plain_loop_seconds(cfg: dict, steps: int, warmup: int, device: str = "cpu",
+                       bf16: bool = False) -> tuple[float, torch.nn.Module]:
+    """Seconds for ``steps`` steps of the plainest loop over the same model, optimizer, batches, and the model."""
     torch.manual_seed(0)
     datamodule = make_datamodule(cfg)
     module = make_module(cfg, datamodule)
@@ -166,7 +167,7 @@ def plain_loop_seconds(cfg: dict, steps: int, warmup: int, device: str = "cpu", 
         loss.backward()
         optimizer.step()
     synchronize(device)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, model
 
 
 def nanogpt_loop_seconds(nanogpt: Path, cfg: dict, steps: int, warmup: int, work: Path, device: str = "cpu",
@@ -230,8 +231,8 @@ def bench_config(name: str, cfg: dict, steps: int, repeats: int, peak: float, lo
     steps = max(4, round(steps * (STEP_SCALE[name] if device == "cpu" else 1.0)))
     warmup = max(2, steps // 6)
     paths = {
-        "lightning": lambda: lightning_seconds(cfg, steps, warmup, log_dir, device, bf16),
-        "plain": lambda: plain_loop_seconds(cfg, steps, warmup, device, bf16),
+        "lightning": lambda: lightning_seconds(cfg, steps, warmup, log_dir, device, bf16)[0],
+        "plain": lambda: plain_loop_seconds(cfg, steps, warmup, device, bf16)[0],
     }
     if nanogpt is not None:
         paths["nanogpt"] = lambda: nanogpt_loop_seconds(nanogpt, cfg, steps, warmup, Path(log_dir), device, bf16)
@@ -407,7 +408,7 @@ def main() -> None:
         # 1 vs 2 threads for the reference size (plain loop, the same batches)
         for threads in () if gpu else (1, 2):
             torch.set_num_threads(threads)
-            seconds = plain_loop_seconds(CONFIGS["reference"], args.steps, 10)
+            seconds, _ = plain_loop_seconds(CONFIGS["reference"], args.steps, 10)
             results.append({"bench": "threads", "config": "reference", "threads": threads,
                             "ms_per_step": round(1000 * seconds / args.steps, 2)})
             print(f"reference, plain loop, {threads} thread(s): {results[-1]['ms_per_step']:.1f} ms/step")

@@ -25,9 +25,15 @@ def test_matmul_flops_count_every_linear_and_both_attention_products():
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_lightning_and_plain_paths_run_the_same_steps(tmp_path, bf16):
+    """Both timed paths train the same model on the same batches: the same weights after 5 steps."""
     cfg = {**bench_train.CONFIGS["reference"], "num_layers": 1}
-    assert bench_train.lightning_seconds(cfg, steps=3, warmup=2, log_dir=str(tmp_path), bf16=bf16) > 0
-    assert bench_train.plain_loop_seconds(cfg, steps=3, warmup=2, bf16=bf16) > 0
+    _, lightning = bench_train.lightning_seconds(cfg, steps=3, warmup=2, log_dir=str(tmp_path), bf16=bf16)
+    _, plain = bench_train.plain_loop_seconds(cfg, steps=3, warmup=2, bf16=bf16)
+    torch.manual_seed(0)  # as both paths start
+    before = bench_train.make_module(cfg, bench_train.make_datamodule(cfg)).model.state_dict()
+    for name, weight in plain.state_dict().items():
+        assert not torch.equal(weight, before[name])  # it trained
+        torch.testing.assert_close(lightning.state_dict()[name], weight)
 
 
 def test_target_checks_compare_each_figure_with_its_target():

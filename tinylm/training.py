@@ -17,7 +17,6 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.config import validate
@@ -86,7 +85,10 @@ def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
     Under SLURM or torchrun the ranks are started from outside and nothing is re-run.
     """
     in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if in_sweep and trainer.num_devices > 1 and isinstance(trainer.strategy.launcher, _SubprocessScriptLauncher):
+    launcher = trainer.strategy.launcher  # None for one process
+    starts_ranks_itself = (launcher is not None and not launcher.is_interactive_compatible
+                           and not trainer.strategy.cluster_environment.creates_processes_externally)
+    if in_sweep and trainer.num_devices > 1 and starts_ranks_itself:
         raise TinyLMError(
             "multi-process DDP cannot run inside a local sweep (-m): Lightning starts the other ranks by "
             "re-running the command line, which would re-run the whole sweep; train DDP jobs one at a time, "
