@@ -142,6 +142,7 @@ def test_bits_per_character_is_exact(tmp_path, kind):
 # through train.py and generate.py
 
 
+@pytest.mark.slow
 def test_bpe_checkpoint_alone_restores_the_tokenizer(tmp_path):
     text = tmp_path / "mixed.txt"
     text.write_text(TRAINING_TEXT, encoding="utf-8")

@@ -53,6 +53,7 @@ def fit(tmp_path: Path, text_file: Path, callbacks: list, steps: int, lr: float 
     return trainer, module, data
 
 
+@pytest.mark.slow
 def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     """Acceptance: all callbacks on, a few steps of train.py, then read the event files back."""
     run = tmp_path / "run"
@@ -268,6 +269,7 @@ def test_callback_config_groups():
     assert "attention_maps" not in one_off and "sample_text" in one_off
 
 
+@pytest.mark.slow
 def test_debug_shapes_prints_every_stage_of_one_batch(tmp_path):
     run = tmp_path / "run"
     proc = run_train(run, *TINY_MODEL, "model.num_layers=2", "debug=shapes")

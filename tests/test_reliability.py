@@ -215,6 +215,7 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback(tmp_path, after):
     assert "Traceback" not in err and len(err.splitlines()) <= 2
 
 
+@pytest.mark.slow
 def test_one_clean_log_and_errors_kept_in_the_run_folder(tmp_path, tiny_text_file):
     ok = run_train(tmp_path / "ok", *FAST, f"data.path={tiny_text_file}", "data.repeat=30")
     lines = [line for line in (ok.stdout + ok.stderr).splitlines() if line.strip()]

@@ -240,6 +240,7 @@ def test_ddp_on_two_cpu_processes_shares_one_run_folder(tmp_path, tiny_text_file
     assert metrics["val_loss"] == pytest.approx(loss, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_ddp_inside_a_local_sweep_is_refused_per_job(tmp_path, tiny_text_file):
     sweep = tmp_path / "sweep"
     proc = run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", "trainer=ddp_sim", *TINY,

@@ -76,6 +76,7 @@ def test_missing_checkpoint_is_one_error_line(tmp_path):
                                   "check ckpt_path=..."
 
 
+@pytest.mark.slow
 def test_paths_need_no_hydra_quoting_and_text_is_literal(run_dir, tmp_path):
     folder = tmp_path / "my 模型 dir"
     folder.mkdir()
