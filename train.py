@@ -17,7 +17,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
     import hydra
     from omegaconf import DictConfig
 
-    from tinylm.cli import TRAIN_PATH_KEYS, quote_values
+    from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, quote_values
     from tinylm.errors import TinyLMError
     from tinylm.resume import plan_resume
     from tinylm.run_folder import register_resolvers
@@ -38,8 +38,8 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     try:
-        if not {"-m", "--multirun"} & set(sys.argv):  # in a sweep, data.path=a.txt,b.txt is two jobs
-            sys.argv = quote_values(sys.argv, TRAIN_PATH_KEYS)
+        in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
+        sys.argv = quote_values(sys.argv, TRAIN_FOLDER_KEYS if in_sweep else TRAIN_PATH_KEYS)
         sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
         register_resolvers()
         main()

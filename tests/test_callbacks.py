@@ -68,6 +68,7 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     acc = events(run / "tensorboard")
     scalars = acc.Tags()["scalars"]
     assert {"train/loss", "val/loss"} <= set(scalars)
+    assert "epoch" not in scalars  # the training stream has no epochs
     for probe in ("probe/Transforme→r", "probe/注意→力"):
         values = acc.Scalars(probe)
         assert [e.step for e in values] == [10, 20]

@@ -194,3 +194,14 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
     claimed = sorted(queue.get() for _ in workers)
     assert claimed == [name, f"{name}-2", f"{name}-3", f"{name}-4"]
     assert claim_unique_dir(name) == claim_unique_dir(name)  # one process: one folder per name
+
+
+@pytest.mark.slow
+def test_paths_with_spaces_and_cjk_need_no_hydra_quoting(tmp_path):
+    text = tmp_path / "my 文本.txt"
+    text.write_text(TINY_TEXT, encoding="utf-8")
+    run = tmp_path / "运行 one"
+    run_train(run, *FAST, f"data.path={text}")  # as the shell passes data.path="$tmp/my 文本.txt"
+    resumed = resume(f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6", check=True)
+    assert f"resuming run {run} from last.ckpt in its own folder" in resumed.stdout
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6

@@ -86,6 +86,9 @@ def test_multirun_gives_each_job_its_own_folder(tmp_path, tiny_text_file):
     assert [p.name for p in jobs] == ["0", "1"]
     params = [json.loads((p / "metrics.json").read_text())["num_params"] for p in jobs]
     assert params[0] < params[1]
+    # each job's TensorBoard run is named by what the sweep varies, not by the settings all jobs share
+    runs = sorted(str(p.parent.relative_to(sweep)) for p in sweep.glob("*/tensorboard/*/events.*"))
+    assert sorted(set(runs)) == ["0/tensorboard/model.n_embd=16", "1/tensorboard/model.n_embd=32"]
 
 
 @pytest.mark.slow

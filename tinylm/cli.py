@@ -26,8 +26,10 @@ from tinylm.errors import TinyLMError
 # bash reports 128 + SIGPIPE (13) for `yes | head -1`: a closed pipe reads the same for us, so
 # `set -o pipefail` scripts that already accept it from other tools accept it from ours.
 EXIT_BROKEN_PIPE = 141
-# train.py's file names, quoted for Hydra (outside a sweep, where data.path=a.txt,b.txt means two jobs)
-TRAIN_PATH_KEYS = ("data.path", "ckpt_path")
+# train.py's folder and file names, quoted for Hydra; the files only outside a sweep, where
+# data.path=a.txt,b.txt means two jobs
+TRAIN_FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir", "paths.root_dir")
+TRAIN_PATH_KEYS = ("data.path", "ckpt_path", *TRAIN_FOLDER_KEYS)
 EXIT_INTERRUPTED = 130
 
 
