@@ -37,7 +37,7 @@ class ValLosses(L.Callback):
         self.losses = []
 
     def on_validation_epoch_end(self, trainer, pl_module):
-        self.losses.append(float(trainer.callback_metrics["val/loss"]))
+        self.losses.append(float(trainer.callback_metrics["loss/val"]))
 
 
 def val_curve(seed: int, reference: bool, steps: int = 1000) -> list[float]:

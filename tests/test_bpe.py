@@ -132,7 +132,7 @@ def test_bits_per_character_is_exact(tmp_path, kind):
         losses = [model(x, y)[1] for x, y in dm.val_dataloader()]
     loss = torch.stack(losses).mean().item()
     assert loss == pytest.approx(math.log(V), rel=1e-5)
-    bpc = loss / math.log(2) / dm.val_chars_per_token  # what training logs as val/bpc
+    bpc = loss / math.log(2) / dm.val_chars_per_token  # what training logs as loss/val_bpc
     assert bpc == pytest.approx(math.log2(V) * tokens / 196, rel=1e-5)
     if kind == "byte":
         assert bpc == pytest.approx(8 * 476 / 196, rel=1e-5)  # 8 bits for each of 476 bytes

@@ -42,12 +42,12 @@ def test_report_tables_and_curves_from_run_folders(tmp_path):
     for name, (loss, params) in positions.items():
         fake_run(tmp_path / "positions" / name, [f"model.pos_encoding={name}", "trainer.max_steps=20"],
                  {"val_loss": loss, "val_bpc": loss / 0.6931, "num_params": params, "tokens_per_second": 9000.0,
-                  "wall_seconds": 4.0}, {"val/loss": [3.0, loss]})
+                  "wall_seconds": 4.0}, {"loss/val": [3.0, loss]})
     # per token, byte has the lowest loss; per character it is the worst
     tokenizers = {"char": (2.0, 2.9), "byte": (1.2, 5.2), "bpe": (2.8, 2.5)}
     for name, (loss, bpc) in tokenizers.items():
         fake_run(tmp_path / "tokenizers" / name, [f"data.tokenizer={name}"],
-                 {"val_loss": loss, "val_bpc": bpc, "num_params": 1000}, {"val/loss": [loss], "val/bpc": [6.0, bpc]})
+                 {"val_loss": loss, "val_bpc": bpc, "num_params": 1000}, {"loss/val": [loss], "loss/val_bpc": [6.0, bpc]})
 
     report = compare.write_report(tmp_path, compare.comparisons(20, 512))
     text = report.read_text(encoding="utf-8")
@@ -64,7 +64,7 @@ def test_report_tables_and_curves_from_run_folders(tmp_path):
         assert f"![{name} curves]({name}/curves.png)" in text
         assert (tmp_path / name / "curves.png").stat().st_size > 10_000
 
-    assert compare.scalar_curve(tmp_path / "tokenizers" / "bpe", "val/bpc") == ([10, 20], [6.0, 2.5])
+    assert compare.scalar_curve(tmp_path / "tokenizers" / "bpe", "loss/val_bpc") == ([10, 20], [6.0, 2.5])
     assert compare.scalar_curve(tmp_path / "tokenizers" / "bpe", "val/missing") == ([], [])
 
 
@@ -83,7 +83,7 @@ def test_finished_runs_are_reused_and_other_settings_refused(tmp_path):
 def test_the_reference_run_is_shared_between_comparisons(tmp_path):
     learned = tmp_path / "positions" / "learned"
     overrides = ["model.pos_encoding=learned", "trainer.max_steps=20"]
-    fake_run(learned, overrides, {"val_loss": 2.0}, {"val/loss": [2.5, 2.0]})
+    fake_run(learned, overrides, {"val_loss": 2.0}, {"loss/val": [2.5, 2.0]})
     OmegaConf.save(OmegaConf.create(compare.training_config(overrides)), learned / ".hydra" / "config.yaml")
     # the tokenizer comparison's reference: the same config, spelled differently
     char = ["data.tokenizer=char", "trainer.max_steps=20"]
@@ -93,7 +93,7 @@ def test_the_reference_run_is_shared_between_comparisons(tmp_path):
     assert compare.same_run_elsewhere(tmp_path, compare.training_config(["trainer.max_steps=30"])) is None
     compare.copy_run(learned, tmp_path / "tokenizers" / "char", char)
     assert compare.finished(tmp_path / "tokenizers" / "char", char)  # reused as its own from now on
-    assert compare.scalar_curve(tmp_path / "tokenizers" / "char", "val/loss") == ([10, 20], [2.5, 2.0])
+    assert compare.scalar_curve(tmp_path / "tokenizers" / "char", "loss/val") == ([10, 20], [2.5, 2.0])
 
 
 def test_max_chars_trains_on_the_first_characters(tmp_path):

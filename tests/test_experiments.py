@@ -155,7 +155,7 @@ def test_debug_overfit_drives_train_loss_to_near_zero(tmp_path, tiny_text_file):
     train_main(cfg)
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
-    losses = [e.value for e in events.Scalars("train/loss")]
+    losses = [e.value for e in events.Scalars("loss/train")]
     assert losses[0] > 0.8 * math.log(len(set(TINY_TEXT)))  # starts near chance
     assert losses[-1] < 0.1  # ends near 0
     assert read_run(run)[0]["global_step"] == cfg.trainer.max_steps

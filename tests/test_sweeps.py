@@ -62,11 +62,14 @@ def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep
     assert all(m["steps"] == 4 and math.isfinite(m["val_loss"]) and m["tokens_per_second"] > 0 for m in done.values())
     # heads split the width, they add no weights: 24 wide costs the same with 2 or 3 heads
     assert done["0"]["num_params"] == done["1"]["num_params"] < done["2"]["num_params"]
-    # TensorBoard's HParams view gets the same final numbers
+    # TensorBoard's HParams view gets the same final numbers, in runs named by the swept settings
+    names = {"0": "model.n_embd=24,model.num_heads=2", "1": "model.n_embd=24,model.num_heads=3",
+             "2": "model.n_embd=32,model.num_heads=2"}
     for name, metrics in done.items():
-        events = EventAccumulator(str(jobs[name] / "tensorboard"))
+        assert [p.name for p in (jobs[name] / "tensorboard").iterdir()] == [names[name]]
+        events = EventAccumulator(str(jobs[name] / "tensorboard" / names[name]))
         events.Reload()
-        assert events.Scalars("hp/val_loss")[-1].value == pytest.approx(metrics["val_loss"])
+        assert events.Scalars("summary/val_loss")[-1].value == pytest.approx(metrics["val_loss"])
 
 
 def test_sweep_report_tables_and_plots_the_grid(grid_sweep, capsys):

@@ -94,7 +94,7 @@ def test_multirun_gives_each_job_its_own_folder(tmp_path, tiny_text_file):
 @pytest.mark.slow
 def test_last_checkpoint_is_the_final_state_even_when_the_best_is_older(tmp_path, tiny_text_file):
     run = tmp_path / "run"
-    # lr so small that val/loss never improves after the first validation: best stays at step 5
+    # lr so small that loss/val never improves after the first validation: best stays at step 5
     run_train(run, *TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
               "trainer.max_steps=20", "trainer.val_check_interval=5", "optim.lr=1e-12")
     assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == ["best-step000005.ckpt"]

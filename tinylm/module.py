@@ -68,7 +68,7 @@ class LitLanguageModel(L.LightningModule):
         # Only on the steps the logger writes: each self.log call costs Lightning about as much
         # as 5% of a reference step, and the logged values are the same.
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
-            self.log("train/loss", loss, prog_bar=True)
+            self.log("loss/train", loss, prog_bar=True)
         return loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -81,8 +81,8 @@ class LitLanguageModel(L.LightningModule):
         x, y = batch
         _, loss = self.model(x, y)
         self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
-        self.log("val/bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
+        self.log("loss/val", loss, prog_bar=True, sync_dist=True)
+        self.log("loss/val_bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
 
     def configure_optimizers(self):
         hp = self.hparams

@@ -156,7 +156,7 @@ def train(cfg: DictConfig) -> dict:
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     wall = time.perf_counter() - started
 
-    val_loss = trainer.callback_metrics.get("val/loss")
+    val_loss = trainer.callback_metrics.get("loss/val")
     val_loss = float(val_loss) if val_loss is not None else math.nan
     steps = trainer.global_step - module.start_step
     metrics = {
@@ -194,8 +194,8 @@ def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
     settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ("paths", "hydra")}
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
-            scores = {"hp/val_loss": metrics["val_loss"], "hp/val_bpc": metrics["val_bpc"],
-                      "hp/num_params": metrics["num_params"]}
+            scores = {"summary/val_loss": metrics["val_loss"], "summary/val_bpc": metrics["val_bpc"],
+                      "summary/num_params": metrics["num_params"]}
             logger.log_hyperparams(flatten(settings), {k: v for k, v in scores.items() if v is not None})
 
 

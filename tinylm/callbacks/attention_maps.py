@@ -23,7 +23,7 @@ class AttentionMaps(PeriodicInspector):
     fewer than 2 usable characters (blank, or unknown) is replaced by the first 16 characters of the
     training text's first line, and without such a line the maps are off for the run: decided once,
     when training starts, in one warning saying what to set. The causal mask for the probe's length
-    is logged once, as ``attention/causal_mask``, when training starts. A model without attention
+    is logged once, as ``maps/causal_mask``, when training starts. A model without attention
     (the LSTM/GRU baseline) is skipped with one warning.
     """
 
@@ -87,7 +87,7 @@ class AttentionMaps(PeriodicInspector):
         T = len(self._ids)
         mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # (T, T) True = visible
         image = plotting.render_rgb(plotting.causal_mask_figure(mask, self._labels))
-        writer.add_image("attention/causal_mask", image, trainer.global_step, dataformats="HWC")
+        writer.add_image("maps/causal_mask", image, trainer.global_step, dataformats="HWC")
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero and self.has_attention(pl_module):
@@ -105,5 +105,5 @@ class AttentionMaps(PeriodicInspector):
         ids = torch.tensor(self._ids, device=module.device)  # (T,)
         for layer, weights in enumerate(plotting.attention_weights(module.model, ids)):
             figure = plotting.attention_figure(weights, self._labels, layer, note=f"step {step}")
-            writer.add_image(f"attention/layer{layer}", plotting.render_rgb(figure), step,
+            writer.add_image(f"maps/attention_layer{layer}", plotting.render_rgb(figure), step,
                              dataformats="HWC")

@@ -14,6 +14,7 @@ from tinylm.plotting import save_png
 from tinylm.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"
+VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc"}  # metric -> its TensorBoard tag
 
 
 def scalar_curve(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
@@ -44,7 +45,7 @@ def curves_figure(runs: dict[str, Path], tag: str, title: str) -> Figure | None:
     if not drawn:
         return None
     ax.set_xlabel("training step")
-    ax.set_ylabel("validation bits per character" if tag == "val/bpc" else "validation loss (nats/token)")
+    ax.set_ylabel("validation bits per character" if tag == "loss/val_bpc" else "validation loss (nats/token)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(title="variant (last value)")
@@ -84,7 +85,7 @@ def comparison_section(name: str, comparison: Comparison, out: Path) -> str:
     table = markdown(rows, common, name).split("\n", 2)[2]  # drop the sweep title line
     lines = [f"## {comparison.title} (`{name}`)", "", comparison.note, "", budget(next(iter(runs.values()))),
              best_line(jobs, comparison.metric), "", table]
-    fig = curves_figure(runs, f"val/{comparison.metric}", f"{comparison.title}: validation {comparison.metric}")
+    fig = curves_figure(runs, VAL_TAGS[comparison.metric], f"{comparison.title}: validation {comparison.metric}")
     if fig is not None:
         save_png(fig, out / name / CURVES_NAME)
         lines += [f"![{name} curves]({name}/{CURVES_NAME})", ""]

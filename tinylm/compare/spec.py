@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass
 class Comparison:
     title: str
-    metric: str  # the metric that decides (TensorBoard tag val/<metric>, metrics.json val_<metric>)
+    metric: str  # the metric that decides (loss or bpc: metrics.json val_<metric>)
     variants: dict[str, list[str]]  # variant name -> its train.py overrides
     note: str
 
