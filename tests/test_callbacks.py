@@ -89,6 +89,13 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     continuation = text.split("**Continuation 1** (generated):\n\n")[1]
     assert len(continuation.replace("    ", "").replace("\n", "")) > 0
 
+    # TensorBoard sorts tags by name (plain character order here: no group starts with a digit) and
+    # opens the first two groups of its Time Series tab: the loss curves and the learning rate
+    tags = [tag for kind in ("scalars", "images", "tensors") for tag in acc.Tags()[kind]]
+    groups = sorted({tag.split("/")[0] for tag in tags})
+    assert groups == ["loss", "lr-AdamW", "maps", "probe", "samples", "summary"]
+    assert sorted(t for t in tags if t.startswith("loss/")) == ["loss/train", "loss/val", "loss/val_bpc"]
+
     (metadata,) = (run / "tensorboard").glob("*/token_embedding/metadata.tsv")
     labels = metadata.read_text(encoding="utf-8").splitlines()
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
