@@ -1,5 +1,7 @@
-"""Figures: the CJK font from the pip package, heatmaps with Chinese labels, the masked future."""
+"""Figures: the CJK font from the pip package, heatmaps with Chinese labels, the masked future,
+and a layout that stays legible in TensorBoard's Time Series card (about 400 px wide)."""
 
+import itertools
 import warnings
 from pathlib import Path
 
@@ -8,12 +10,19 @@ import numpy as np
 import pytest
 import torch
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from tinylm import plotting
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.tokenizer import ByteTokenizer, CharTokenizer
+from tinylm.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 
 PROBE = "自注意力可以让序列"
+TEXT = "自注意力可以让序列中的每个位置看到前面的所有位置。Attention is all you need.\n"
+
+# The card: TensorBoard 2.21's Time Series tab shows an image about CARD px wide. A label's height
+# is measured as its font size (the em) in PNG pixels, scaled to that width; a CJK glyph's ink is
+# about one em tall (test_a_cjk_glyph_is_about_one_em_tall), so this is the height of 自 as seen.
+CARD, MIN_LABEL_PX, MAX_ASPECT = 400, 11, 1.4
 
 
 def causal_weights(heads: int, T: int, seed: int = 0) -> torch.Tensor:
@@ -21,6 +30,78 @@ def causal_weights(heads: int, T: int, seed: int = 0) -> torch.Tensor:
     scores = torch.randn(heads, T, T, generator=torch.Generator().manual_seed(seed))
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     return scores.masked_fill(future, float("-inf")).softmax(-1)
+
+
+def causal_mask(T: int) -> torch.Tensor:
+    return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def texts(fig: Figure) -> dict[str, Text]:
+    """Every non-empty text artist of the figure (labels, titles, colour bar), by its string."""
+    return {t.get_text(): t for t in fig.findobj(Text) if t.get_text()}
+
+
+def card_px(fig: Figure, text: Text, png_width: int) -> float:
+    """Font size of ``text`` in PNG pixels when the PNG is shown CARD px wide."""
+    return text.get_fontsize() * fig.dpi / 72 * CARD / png_width
+
+
+def label_texts(fig: Figure, labels: list[str]) -> tuple[list[Text], list[Text]]:
+    """The query (row) labels and the first panel's key (column) labels, in position order."""
+    found = fig.findobj(Text)
+    rows = [next(t for t in found if t.get_text() == f"{i} {ch}" and t.get_rotation() == 0)
+            for i, ch in enumerate(labels)]
+    keys = [next(t for t in found if t.get_text() in (f"{ch}\n{i}", f"{i} {ch}")
+                 and (t.get_rotation() == 90 or "\n" in t.get_text()))
+            for i, ch in enumerate(labels)]
+    return rows, keys
+
+
+def panels(fig: Figure) -> list:
+    """The heatmap images, one per head (the colour bar's gradient left out)."""
+    return [im for im in fig.axes[0].images if im.get_gid() != "colour bar"]
+
+
+def grid_shape(fig: Figure) -> tuple[int, int]:
+    extents = [im.get_extent() for im in panels(fig)]  # (left, right, bottom, top)
+    return len({round(e[3], 3) for e in extents}), len({round(e[0], 3) for e in extents})
+
+
+def pixel(fig: Figure, image: np.ndarray, x: float, y: float) -> np.ndarray:
+    """The median colour of the 5x5 pixels around data point (x, y) of the figure's axes."""
+    col, row = fig.axes[0].transData.transform((x, y))
+    row = image.shape[0] - int(row)
+    return np.median(image[row - 2:row + 3, int(col) - 2:int(col) + 3].reshape(-1, 3), axis=0)
+
+
+def assert_fits_the_card(fig: Figure, labels: list[str], min_px: float = MIN_LABEL_PX) -> None:
+    """Aspect at most 1.4, every text (labels, titles, colour bar) at least ``min_px`` in the
+    card, every label drawn, and neighbouring labels apart."""
+    image = plotting.render_rgb(fig)
+    height, width, _ = image.shape
+    assert width / height <= MAX_ASPECT
+    found = texts(fig)
+    for i, ch in enumerate(labels):  # rows = queries "i ch"; columns = keys "ch\ni" or "i ch"
+        assert f"{i} {ch}" in found and (f"{ch}\n{i}" in found or f"{i} {ch}" in found)
+    for text in found.values():
+        if text.get_text() not in ("0", "−∞"):  # the mask's cell values are no labels
+            assert card_px(fig, text, width) >= min_px, text.get_text()
+    renderer = fig.canvas.get_renderer()
+    rows, keys = label_texts(fig, labels)
+    for group in (rows, keys):
+        boxes = [t.get_window_extent(renderer) for t in group]
+        assert not any(a.overlaps(b) for a, b in itertools.pairwise(boxes))
+
+
+def tokenized(kind: str) -> list[str]:
+    """Labels of a real probe: a character, byte or BPE tokenizer on a Chinese + English text."""
+    if kind == "char":
+        tokenizer, probe = CharTokenizer.from_text(TEXT), "自注意力 Attention"
+    elif kind == "byte":
+        tokenizer, probe = ByteTokenizer(), "注意力 Attention"
+    else:
+        tokenizer, probe = BPETokenizer.train(TEXT * 20, 300), "自注意力 Attention is all you need."
+    return plotting.token_labels(tokenizer, tokenizer.encode(probe))
 
 
 def test_font_is_the_pip_package_noto_sans_sc_registered_in_process():
@@ -44,13 +125,57 @@ def test_heatmap_with_chinese_labels_renders_without_any_warning():
         image = plotting.render_rgb(fig)
     assert isinstance(fig, Figure) and fig.canvas.__class__.__name__ == "FigureCanvasAgg"
     height, width, channels = image.shape
-    assert channels == 3 and width > 2 * height > 400  # four panels side by side
-    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert "0 自" in texts and "列\n8" in texts  # query labels and key labels: char + position
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles[:4] == [f"layer 2 · head {h}" for h in range(4)]
-    assert fig.axes[-1].get_ylabel().startswith("attention weight")  # the colour bar
-    assert "step 100" in fig.get_suptitle()
+    assert channels == 3 and height >= width / MAX_ASPECT and width > 400
+    assert grid_shape(fig) == (2, 2)  # four heads in a square, not a row
+    found = texts(fig)
+    assert "0 自" in found and "列\n8" in found  # query labels and key labels: char + position
+    assert [f"head {h}" in found for h in range(4)] == [True] * 4
+    assert "key position (attended to)" in found and "query position (attending)" in found
+    assert "attention weight (each row sums to 1)" in found  # the colour bar's label
+    assert "Layer 2 attention" in fig.get_suptitle() and "step 100" in fig.get_suptitle()
+
+
+def test_default_probe_fits_the_card_with_room_to_spare():
+    """The default probe (9 characters, 4 heads): labels about 14 px tall in a 400 px card."""
+    labels = list(PROBE)
+    fig = plotting.attention_figure(causal_weights(4, 9), labels, layer=0, note="step 500")
+    assert_fits_the_card(fig, labels, min_px=13)
+    assert_fits_the_card(plotting.causal_mask_figure(causal_mask(9), labels), labels, min_px=13)
+
+
+@pytest.mark.parametrize("kind", ["char", "byte", "bpe"])
+def test_every_tokenizers_figures_fit_the_card(kind):
+    """Real probes of 14-20 tokens: long labels ("0xE8", "Atten") rotated, nothing overlaps,
+    the figure grows taller rather than its labels smaller."""
+    labels = tokenized(kind)
+    assert 14 <= len(labels) <= 20
+    if kind != "char":
+        assert any(len(label) > 2 for label in labels)  # labels that need rotating
+    T = len(labels)
+    fig = plotting.attention_figure(causal_weights(4, T), labels, layer=1, note="step 500")
+    assert_fits_the_card(fig, labels)
+    assert len(panels(fig)) == 4
+    assert_fits_the_card(plotting.causal_mask_figure(causal_mask(T), labels), labels)
+
+
+def test_masked_cells_are_grey_and_the_colour_bar_is_drawn():
+    T = 9
+    fig = plotting.attention_figure(causal_weights(4, T), list(PROBE), layer=0)
+    image = plotting.render_rgb(fig)
+    for im in panels(fig):
+        left, right, bottom, top = im.get_extent()
+        cell = (right - left) / T
+        grey = pixel(fig, image, left + (T - 0.5) * cell, top + 0.5 * cell)  # key 8, query 0
+        assert np.allclose(grey, 0.85 * 255, atol=8)  # grey, as drawn between the hatch lines
+        first = pixel(fig, image, left + 0.5 * cell, top + 0.5 * cell)  # key 0, query 0: not grey
+        assert np.ptp(first) > 30
+    (bar,) = [im for im in fig.axes[0].images if im.get_gid() == "colour bar"]
+    left, right, bottom, top = bar.get_extent()
+    ends = [pixel(fig, image, x, (top + bottom) / 2) for x in (left + 0.2, right - 0.2)]
+    viridis = matplotlib.colormaps["viridis"]
+    np.testing.assert_allclose(ends, [np.array(viridis(v)[:3]) * 255 for v in (0.0, 1.0)], atol=12)
+    found = texts(fig)
+    assert all(f"{v:.1f}" in found for v in np.linspace(0, 1, 6))  # its ticks
 
 
 def test_chinese_characters_render_as_distinct_glyphs_not_boxes():
@@ -67,13 +192,22 @@ def test_chinese_characters_render_as_distinct_glyphs_not_boxes():
     assert not np.array_equal(a, b) and not np.array_equal(b, c)
 
 
+def test_a_cjk_glyph_is_about_one_em_tall():
+    """Why the font size stands for a label's height: the ink of 自 spans about one em."""
+    em = 40  # px
+    with plotting.cjk_style():
+        fig = Figure(figsize=(1, 1), dpi=72)
+        fig.text(0.5, 0.5, "自", ha="center", va="center", fontsize=em)
+    ink = np.flatnonzero((plotting.render_rgb(fig) < 128).any(axis=(1, 2)))
+    assert 0.85 * em <= ink[-1] - ink[0] + 1 <= 1.05 * em
+
+
 def test_future_cells_are_masked_and_hatched():
     T = 6
     fig = plotting.attention_figure(causal_weights(2, T), list("abcdef"), layer=0)
-    ax = fig.axes[0]
-    shown = ax.images[0].get_array()
+    shown = panels(fig)[0].get_array()
     np.testing.assert_array_equal(shown.mask, np.triu(np.ones((T, T), dtype=bool), k=1))
-    (hatch,) = ax.patches
+    hatch = next(p for p in fig.axes[0].patches if p.get_hatch())
     assert hatch.get_hatch() == "///"
     # the hatched outline covers exactly the cells above the diagonal
     inside = [hatch.get_path().contains_point((j, i)) for i in range(T) for j in range(T)]
@@ -81,20 +215,40 @@ def test_future_cells_are_masked_and_hatched():
     assert hatch.get_path().contains_point((T - 1, 0)) and not hatch.get_path().contains_point((0, 0))
 
 
-def test_six_heads_wrap_onto_two_rows():
-    fig = plotting.attention_figure(causal_weights(6, 5), list("abcde"), layer=1)
-    heads = [ax for ax in fig.axes if ax.images and ax.get_title()]
-    assert len(heads) == 6
-    rows = sorted({round(ax.get_position().y0, 3) for ax in heads})
-    assert len(rows) == 2
+@pytest.mark.parametrize(("heads", "shape"), [
+    (1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (6, (3, 2)), (8, (4, 2)), (16, (8, 2)),
+])
+def test_heads_form_a_near_square_grid_that_fits_the_card(heads, shape):
+    """The squarest grid whose labels stay 11 px: 3 columns (8 heads: 3x3) would make them
+    10 px, so 6, 8 and 16 heads take two columns and grow taller."""
+    labels = list(PROBE)
+    fig = plotting.attention_figure(causal_weights(heads, 9), labels, layer=1, note="step 1")
+    assert grid_shape(fig) == shape and len(panels(fig)) == heads
+    assert_fits_the_card(fig, labels)
+    rows, _ = label_texts(fig, labels)
+    assert len(rows) == len(labels)
+
+
+def test_a_block_size_probe_of_32_tokens_grows_taller_and_stays_apart():
+    """T = 32 (the default block_size): one column of panels, labels rotated one line apart.
+    Labels are then 8.8 px in a 400 px card; the 11 px hold up to about 24 tokens (25
+    characters, 23 bytes)."""
+    labels = [plotting.visible(c) for c in (TEXT * 2)[:32]]
+    fig = plotting.attention_figure(causal_weights(4, 32), labels, layer=0, note="step 1")
+    assert grid_shape(fig) == (4, 1)
+    assert_fits_the_card(fig, labels, min_px=8.5)
+    assert_fits_the_card(plotting.causal_mask_figure(causal_mask(32), labels), labels,
+                         min_px=8.5)
+    short = list(TEXT[:24])
+    assert_fits_the_card(plotting.attention_figure(causal_weights(4, 24), short, 0), short)
 
 
 def test_causal_mask_figure_shows_minus_infinity_above_the_diagonal():
     T = 5
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    fig = plotting.causal_mask_figure(mask, list("注意力机制"))
+    fig = plotting.causal_mask_figure(causal_mask(T), list("注意力机制"))
     cells = [t.get_text() for t in fig.axes[0].texts if t.get_text() in ("0", "−∞")]
     assert cells.count("−∞") == T * (T - 1) // 2 and cells.count("0") == T * (T + 1) // 2
+    assert "−∞ = future (masked)" in fig.get_suptitle()
 
 
 def test_labels_make_whitespace_and_partial_bytes_visible():
@@ -123,7 +277,9 @@ def test_attention_weights_are_causal_rows_and_leave_the_mode_alone(attn_impl):
     torch.testing.assert_close(weights, again)
 
 
-def test_save_png_writes_a_png(tmp_path: Path):
-    fig = plotting.attention_figure(causal_weights(1, 3), list("abc"), layer=0)
+def test_save_png_writes_the_same_pixels_as_tensorboard_gets(tmp_path: Path):
+    fig = plotting.attention_figure(causal_weights(4, 9), list(PROBE), layer=0)
     path = plotting.save_png(fig, tmp_path / "sub" / "a.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = matplotlib.image.imread(path)  # visualize.py's files: the same size, so the same rule
+    assert png.shape[:2] == plotting.render_rgb(fig).shape[:2]

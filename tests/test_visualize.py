@@ -42,7 +42,7 @@ def test_writes_one_png_per_layer_and_nothing_else(run_dir, tmp_path):
     for png in expected:
         pixels = matplotlib.image.imread(png)  # (H, W, 4) floats
         height, width = pixels.shape[:2]
-        assert width > 1.5 * height > 300  # two head panels side by side and a colour bar
+        assert height * 1.4 >= width > 300  # the head panels in a near-square grid, with a colour bar
         assert pixels[..., :3].std() > 0.1  # a picture, not a blank page
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -24,11 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib import colormaps, font_manager, rc_context
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import Polygon
-from matplotlib.transforms import offset_copy
+from matplotlib.patches import Polygon, Rectangle
+from matplotlib.textpath import TextToPath
+from matplotlib.transforms import Affine2D
 
 from tinylm.errors import TinyLMError
 from tinylm.generation import eval_no_grad
@@ -143,76 +144,163 @@ def _future_outline(T: int) -> Polygon:
     return Polygon(corners, closed=True, fill=False, hatch="///", edgecolor="0.55", linewidth=0)
 
 
-LABEL_PT = 9  # font size of the position labels
+# --------------------------------------------------------------------------------------------
+# Page layout, sized for TensorBoard's image card
+#
+# TensorBoard's Time Series tab shows an image about CARD_PX wide whatever its pixel size, so text
+# of LABEL_PT is CARD_PX / (figure width in ems of LABEL_PT) pixels tall there. Sizes below are in
+# these "label ems"; a figure at most WIDTH_EM of them wide keeps its labels MIN_LABEL_PX tall.
+# A figure is one axes over the whole page in label ems, y pointing down, holding the panels as
+# images and the labels and colour bar as plain artists: an axes per head and a matplotlib
+# colour bar (each with its tick machinery) drew the same picture about 30% slower.
+
+CARD_PX = 400  # about the width at which TensorBoard 2.21's Time Series card shows an image
+MIN_LABEL_PX = 11  # label font size (em) in the card, at least; a CJK glyph's ink is about 1 em
+MAX_ASPECT = 1.4  # width / height at most: a wider image is scaled down further in the card
+WIDTH_EM = CARD_PX / MIN_LABEL_PX
+LABEL_PT, TITLE_PT = 10, 12  # labels, axis titles and colour bar; head titles and the title
+DPI = 144  # 20 px per label em: the default figure is ~600 px wide, sharp in a card on a 2x screen
+EM = LABEL_PT / 72  # inches
+LINE = 1.3  # height of a line of text, in ems of its font
+PAD, TICK_PAD, GAP, BAR = 0.5, 0.35, 1.0, 0.8  # edges; labels to panel; panel columns; colour bar
+KEY_TITLE, QUERY_TITLE = "key position (attended to)", "query position (attending)"
+COLORBAR_LABEL = "attention weight (each row sums to 1)"
 
 
-def _text_inches(text: str) -> float:
-    """Rough width of ``text`` at LABEL_PT: wide (CJK) glyphs 1 em, others at most 0.75 em."""
-    em = LABEL_PT / 72
-    return sum(em if unicodedata.east_asian_width(c) in "WF" else 0.75 * em for c in text)
+@functools.cache
+def _char_em(ch: str) -> float:
+    """One character's advance width in ems, measured in the fonts the figures draw with."""
+    font = font_manager.FontProperties(family=[LATIN_FAMILY, register_cjk_font()], size=10)
+    return TextToPath().get_text_width_height_descent(ch, font, ismath=False)[0] / 10
 
 
-class _Grid:
-    """Fixed page layout in inches (no constrained layout: it re-measures every text per draw).
+def _em(text: str, pt: float = LABEL_PT) -> float:
+    """Width of one line of ``text`` drawn at ``pt`` points, in label ems (kerning left out)."""
+    return sum(map(_char_em, text)) * pt / LABEL_PT
 
-    Margins are sized from the labels: short labels (a character) go under the columns as two
-    lines, "char" over "position"; longer ones (e.g. "0xE8" bytes) are rotated to stay apart.
+
+def _wrap(text: str, width: float, pt: float = LABEL_PT) -> list[str]:
+    """``text`` in lines at most ``width`` label ems wide, broken between words."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and _em(f"{lines[-1]} {word}", pt) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines
+
+
+class _Layout:
+    """Where everything goes, in label ems from the top-left corner, fixed before drawing
+    (constrained layout would re-measure every text at each draw).
+
+    Left to right: the query axis title, the query labels (first column of panels only), the
+    panels. Top to bottom: the title (its lines, then the note wrapped); per row of panels: head
+    titles, panels, key labels under each; the key axis title; the colour bar and its label. Key
+    labels stand upright as two lines (character over position) or, rotated, as one ("12 0xE8").
+    Cells are square, as wide as a key label needs, or up to ``max_cell`` while the figure stays
+    WIDTH_EM wide. The figure is at least as wide as its title lines.
     """
 
-    top, gap = 0.8, 0.3  # title space; horizontal gap (rows share column 0's query labels)
+    def __init__(self, panels: int, labels: Sequence[str], cols: int, rotate: bool,
+                 title: Sequence[str], note: str = "", colorbar: str = "",
+                 head_titles: bool = True, max_cell: float = 0.0):
+        T = len(labels)
+        self.labels, self.cols, self.rows, self.rotate = labels, cols, math.ceil(panels / cols), rotate
+        self.row_labels = max(_em(f"{i} {ch}") for i, ch in enumerate(labels))
+        if rotate:  # neighbours one line height apart
+            self.key_labels, cell = self.row_labels, 1.2
+        else:
+            self.key_labels, cell = 2 * LINE, max(_em(s) + 0.3 for s in [*labels, str(T - 1)])
+        margins = 2 * PAD + LINE + self.row_labels + TICK_PAD
+        room = (WIDTH_EM - 1 - margins - (cols - 1) * GAP) / (cols * T)
+        cell = max(cell, 1.25, min(max_cell, room))
+        self.head = LINE * TITLE_PT / LABEL_PT if head_titles else 0.0
+        between = self.head + TICK_PAD + self.key_labels + 0.6  # panel rows apart
+        axis_title = max(_em(KEY_TITLE), _em(QUERY_TITLE)) + 1  # each spans the whole grid
+        self.side = max(T * cell, (axis_title - (cols - 1) * GAP) / cols,
+                        (axis_title - (self.rows - 1) * between) / self.rows)
+        self.cell, self.pitch = self.side / T, self.side + between
+        self.span = cols * self.side + (cols - 1) * GAP  # the panels' width
+        self.width = max(margins + self.span, 2 * PAD + max(_em(t, TITLE_PT) for t in title))
+        self.left = margins - PAD + (self.width - margins - self.span) / 2  # content centred
+        self.title = [*title, *_wrap(note, self.width - 2 * PAD, TITLE_PT)]
+        self.colorbar = _wrap(colorbar, 2 * (self.width - PAD - self.left - self.span / 2))
+        self.top = PAD + len(self.title) * LINE * TITLE_PT / LABEL_PT + 0.5  # first row
+        self.key_title = self.top + self.rows * self.pitch  # its line's top
+        self.bar = self.key_title + LINE + 0.5  # the colour bar's top
+        bar = BAR + TICK_PAD + LINE + len(self.colorbar) * LINE if colorbar else 0.0
+        self.height = max(self.bar + bar + PAD, self.width / MAX_ASPECT)
 
-    def __init__(self, panels: int, labels: Sequence[str], colorbar: bool = True,
-                 max_cols: int = 4):
-        self.rotate = max(map(len, labels)) > 2
-        self.row_labels = max(_text_inches(f"{i} {ch}") for i, ch in enumerate(labels))
-        self.column_labels = self.row_labels if self.rotate else 2.4 * LABEL_PT / 72
-        self.left = self.row_labels + 0.55  # labels, then the axis title
-        self.bottom = self.column_labels + 0.55
-        self.hgap = self.bottom + 0.4  # the next row's panel titles
-        self.right = 1.1 if colorbar else 0.3
-        self.cols = min(panels, max_cols)
-        self.rows = math.ceil(panels / self.cols)
-        self.side = max(2.0, 0.3 * len(labels))  # inches per panel
-        self.width = self.left + self.cols * self.side + (self.cols - 1) * self.gap + self.right
-        self.height = self.bottom + self.rows * self.side + (self.rows - 1) * self.hgap + self.top
+    @property
+    def label_px(self) -> float:
+        """The labels' font size in pixels when the image is shown CARD_PX wide."""
+        return CARD_PX / self.width
 
-    def rect(self, row: int, col: int) -> list[float]:
-        """[x0, y0, w, h] in figure fractions of the panel at (row, col), row 0 on top."""
-        x = self.left + col * (self.side + self.gap)
-        y = self.height - self.top - (row + 1) * self.side - row * self.hgap
-        return [x / self.width, y / self.height, self.side / self.width, self.side / self.height]
+    def corner(self, panel: int) -> tuple[float, float]:
+        """The top-left corner of panel number ``panel``, row by row."""
+        row, col = divmod(panel, self.cols)
+        return self.left + col * (self.side + GAP), self.top + row * self.pitch + self.head
 
-    def colorbar_rect(self) -> list[float]:
-        x = self.width - self.right + 0.25
-        span = self.height - self.top - self.bottom
-        return [x / self.width, self.bottom / self.height, 0.15 / self.width, span / self.height]
+    def page(self) -> tuple[Figure, Axes]:
+        """A figure of this size and its one axes in label ems, with the title and axis titles."""
+        fig = Figure(figsize=(self.width * EM, self.height * EM), dpi=DPI)
+        fig.suptitle("\n".join(self.title), y=1 - PAD / self.height, fontsize=TITLE_PT)
+        # limits set first are fixed: the images placed in it do not rescale it
+        ax = fig.add_axes((0, 0, 1, 1), xlim=(0, self.width), ylim=(self.height, 0))
+        ax.set_axis_off()
+        ax.text(self.left + self.span / 2, self.key_title, KEY_TITLE, ha="center", va="top",
+                fontsize=LABEL_PT)
+        middle = self.top + self.head + ((self.rows - 1) * self.pitch + self.side) / 2
+        ax.text(self.left - TICK_PAD - self.row_labels - LINE, middle, QUERY_TITLE,
+                rotation=90, ha="left", va="center", fontsize=LABEL_PT)
+        return fig, ax
+
+    def panel(self, ax: Axes, panel: int, cells: np.ndarray, cmap, title: str = "") -> None:
+        """Draw ``cells`` (T, T) as panel number ``panel``: the image, its hatched future cells,
+        a frame, the title above and the labels: keys under it, queries left of the first
+        column."""
+        x, y = self.corner(panel)
+        T, side = len(self.labels), self.side
+        ax.imshow(cells, cmap=cmap, vmin=0, vmax=1, extent=(x, x + side, y + side, y),
+                  aspect="auto", interpolation="nearest")
+        if T > 1:  # the outline in cell units, moved into place
+            cell_units = Affine2D().scale(self.cell).translate(x + self.cell / 2, y + self.cell / 2)
+            ax.add_patch(_future_outline(T)).set_transform(cell_units + ax.transData)
+        ax.add_patch(Rectangle((x, y), side, side, fill=False, linewidth=0.8))
+        if title:
+            ax.text(x + side / 2, y - 0.3, title, ha="center", va="bottom", fontsize=TITLE_PT)
+        for i, ch in enumerate(self.labels):
+            at = (i + 0.5) * self.cell  # the middle of column / row i
+            ax.text(x + at, y + side + TICK_PAD, f"{i} {ch}" if self.rotate else f"{ch}\n{i}",
+                    ha="center", va="top", fontsize=LABEL_PT, rotation=90 if self.rotate else 0)
+            if panel % self.cols == 0:
+                ax.text(x - TICK_PAD, y + at, f"{i} {ch}", ha="right", va="center",
+                        fontsize=LABEL_PT)
+
+    def colour_bar(self, ax: Axes, cmap) -> None:
+        """The colour scale 0..1 under the panels, with ticks and the wrapped label."""
+        x0, x1, y = self.left + 1, self.left + self.span - 1, self.bar  # room for "1.0" at its end
+        ax.imshow(np.linspace(0, 1, 256)[None], cmap=cmap, extent=(x0, x1, y + BAR, y),
+                  aspect="auto", gid="colour bar")
+        ax.add_patch(Rectangle((x0, y), x1 - x0, BAR, fill=False, linewidth=0.8))
+        ticks = np.linspace(0, 1, 6 if x1 - x0 >= 12 else 3)
+        ax.vlines(x0 + ticks * (x1 - x0), y + BAR, y + BAR + 0.25, color="black", linewidth=0.8)
+        for tick in ticks:
+            ax.text(x0 + tick * (x1 - x0), y + BAR + TICK_PAD, f"{tick:.1f}", ha="center",
+                    va="top", fontsize=LABEL_PT)
+        ax.text((x0 + x1) / 2, y + BAR + TICK_PAD + LINE, "\n".join(self.colorbar),
+                ha="center", va="top", fontsize=LABEL_PT)
 
 
-def _label_cells(ax, labels: Sequence[str], grid: _Grid, rows: bool = True) -> None:
-    """Label columns (keys) and, if ``rows``, rows (queries) with position and character.
-
-    Plain text artists instead of matplotlib ticks: a labelled tick costs several artists and a
-    layout pass each, which made a figure several times slower to draw.
-    """
-    ax.set_xticks([])
-    ax.set_yticks([])
-    fig, pad = ax.figure, 0.05  # inches between the panel and its labels
-    # x in data (column) units, y in axes units (0 = bottom edge), then nudged down; likewise y
-    columns = offset_copy(ax.get_xaxis_transform(), fig, y=-pad, units="inches")
-    rows_at = offset_copy(ax.get_yaxis_transform(), fig, x=-pad, units="inches")
-    for i, ch in enumerate(labels):
-        text = f"{i} {ch}" if grid.rotate else f"{ch}\n{i}"
-        ax.text(i, 0, text, transform=columns, ha="center", va="top", fontsize=LABEL_PT,
-                rotation=90 if grid.rotate else 0)
-    below = offset_copy(ax.transAxes, fig, y=-(pad + grid.column_labels + 0.1), units="inches")
-    ax.text(0.5, 0, "key position (attended to)", transform=below, ha="center", va="top")
-    if rows:
-        for i, ch in enumerate(labels):
-            ax.text(0, i, f"{i} {ch}", transform=rows_at, ha="right", va="center",
-                    fontsize=LABEL_PT)
-        left = offset_copy(ax.transAxes, fig, x=-(pad + grid.row_labels + 0.1), units="inches")
-        ax.text(0, 0.5, "query position (attending)", transform=left, rotation=90, ha="right",
-                va="center")
+def _layout(panels: int, labels: Sequence[str], title: Sequence[str], **options) -> _Layout:
+    """The squarest grid, upright key labels before rotated ones, whose labels stay MIN_LABEL_PX
+    tall in the card; failing that (a long probe), the one with the largest labels: fewer
+    columns, so a taller figure rather than smaller labels."""
+    layouts = [_Layout(panels, labels, cols, rotate, title, **options)
+               for cols in range(math.ceil(math.sqrt(panels)), 0, -1) for rotate in (False, True)]
+    fitting = (layout for layout in layouts if layout.label_px >= MIN_LABEL_PX)
+    return next(fitting, max(layouts, key=lambda layout: layout.label_px))
 
 
 def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
@@ -220,28 +308,22 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
     """One layer's attention, a panel per head: rows are queries, columns keys, colour = weight.
 
     ``weights``: (h, T, T), each row a probability distribution over keys 0..i. The cells above
-    the diagonal (future keys) are masked grey and hatched: the model can never look there.
+    the diagonal (future keys) are masked grey and hatched: the model can never look there. The
+    panels form a near-square grid (see ``_layout``) with a colour bar under it.
     """
     heads, T, _ = weights.shape
     if len(labels) != T:
         raise ValueError(f"{len(labels)} labels for {T} positions")
     future = np.triu(np.ones((T, T), dtype=bool), k=1)
     cmap = colormaps["viridis"].with_extremes(bad="0.85")
-    grid = _Grid(heads, labels)
+    title = [f"Layer {layer} attention: query attends to key", "(grey = future, masked)"]
+    layout = _layout(heads, labels, title, note=note, colorbar=COLORBAR_LABEL)
     with cjk_style():
-        fig = Figure(figsize=(grid.width, grid.height), dpi=90)
+        fig, ax = layout.page()
         for head in range(heads):
-            ax = fig.add_axes(grid.rect(head // grid.cols, head % grid.cols))
             cells = np.ma.masked_array(weights[head].numpy(), mask=future)
-            image = ax.imshow(cells, cmap=cmap, vmin=0.0, vmax=1.0)
-            if T > 1:
-                ax.add_patch(_future_outline(T))
-            _label_cells(ax, labels, grid, rows=head % grid.cols == 0)
-            ax.set_title(f"layer {layer} · head {head}", fontsize=10)
-        fig.colorbar(image, cax=fig.add_axes(grid.colorbar_rect()),
-                     label="attention weight (each row sums to 1)")
-        title = f"Layer {layer} attention: query attends to key (grey = future, masked)"
-        fig.suptitle(f"{title}{'  ·  ' + note if note else ''}", y=1 - 0.2 / grid.height)
+            layout.panel(ax, head, cells, cmap, title=f"head {head}")
+        layout.colour_bar(ax, cmap)
     return fig
 
 
@@ -252,20 +334,17 @@ def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
     """
     T = len(labels)
     visible_cells = mask.cpu().numpy()
-    grid = _Grid(1, labels, colorbar=False)
+    title = ["Causal mask added to the scores:", "0 = may attend, −∞ = future (masked)"]
+    layout = _layout(1, labels, title, head_titles=False, max_cell=2.4)
     with cjk_style():
-        fig = Figure(figsize=(grid.width, grid.height), dpi=90)
-        ax = fig.add_axes(grid.rect(0, 0))
-        ax.imshow(visible_cells, cmap=ListedColormap(["0.85", "#9ecae1"]),
-                  vmin=0, vmax=1)
-        if T > 1:
-            ax.add_patch(_future_outline(T))
+        fig, ax = layout.page()
+        layout.panel(ax, 0, visible_cells, ListedColormap(["0.85", "#9ecae1"]))
         if T <= 24:  # cell text stays readable up to about this size
+            x, y = layout.corner(0)
+            size = LABEL_PT * min(0.9, 0.55 * layout.cell)  # "−∞" is 1.7 em wide
             for i in range(T):
                 for j in range(T):
-                    ax.text(j, i, "0" if visible_cells[i, j] else "−∞", ha="center",
-                            va="center", fontsize=7)
-        _label_cells(ax, labels, grid)
-        ax.set_title("causal mask added to the scores:\n0 = may attend, −∞ = future (masked)",
-                     fontsize=10)
+                    ax.text(x + (j + 0.5) * layout.cell, y + (i + 0.5) * layout.cell,
+                            "0" if visible_cells[i, j] else "−∞", ha="center", va="center",
+                            fontsize=size)
     return fig
