@@ -10,6 +10,7 @@ import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
 from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing import event_multiplexer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tinylm import plotting
@@ -95,6 +96,11 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     groups = sorted({tag.split("/")[0] for tag in tags})
     assert groups == ["loss", "lr-AdamW", "maps", "probe", "samples", "summary"]
     assert sorted(t for t in tags if t.startswith("loss/")) == ["loss/train", "loss/val", "loss/val_bpc"]
+    # the HParams tab's session, written after training: it must reach the disk before the process ends
+    hparams = event_multiplexer.EventMultiplexer()
+    hparams.AddRunsFromDirectory(str(run))
+    hparams.Reload()
+    assert "_hparams_/session_end_info" in hparams.PluginRunToTagToContent("hparams")["tensorboard"]
 
     (metadata,) = (run / "tensorboard").glob("*/token_embedding/metadata.tsv")
     labels = metadata.read_text(encoding="utf-8").splitlines()

@@ -197,6 +197,8 @@ def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
             scores = {"summary/val_loss": metrics["val_loss"], "summary/val_bpc": metrics["val_bpc"],
                       "summary/num_params": metrics["num_params"]}
             logger.log_hyperparams(flatten(settings), {k: v for k, v in scores.items() if v is not None})
+            # written after fit has closed the logger: flush now, or a run's last events are lost at exit
+            logger.finalize("success")
 
 
 def main(cfg: DictConfig) -> float | None:
