@@ -47,7 +47,8 @@ def test_report_tables_and_curves_from_run_folders(tmp_path):
     tokenizers = {"char": (2.0, 2.9), "byte": (1.2, 5.2), "bpe": (2.8, 2.5)}
     for name, (loss, bpc) in tokenizers.items():
         fake_run(tmp_path / "tokenizers" / name, [f"data.tokenizer={name}"],
-                 {"val_loss": loss, "val_bpc": bpc, "num_params": 1000}, {"loss/val": [loss], "loss/val_bpc": [6.0, bpc]})
+                 {"val_loss": loss, "val_bpc": bpc, "num_params": 1000},
+                 {"loss/val": [loss], "loss/val_bpc": [6.0, bpc]})
 
     report = compare.write_report(tmp_path, compare.comparisons(20, 512))
     text = report.read_text(encoding="utf-8")

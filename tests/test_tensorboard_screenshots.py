@@ -1,0 +1,101 @@
+"""bench/tensorboard_screenshots.py: every TensorBoard tab of a real tiny run is shot with its content
+on it, the server is gone afterwards, and what stops it before any browser starts is one error line."""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TINY_MODEL, run_train
+from PIL import Image
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+import tensorboard_screenshots  # noqa: E402
+
+SCRIPT = ROOT / "bench" / "tensorboard_screenshots.py"
+HAS_CHROMIUM = any(shutil.which(name) for name in tensorboard_screenshots.CHROMIUM_NAMES)
+
+
+def screenshots(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env=env)
+
+
+def command_lines_naming(text: str) -> list[str]:
+    """The command lines of the running processes that contain ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # it ended meanwhile
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium: apt-get install chromium fonts-noto-cjk")
+def test_every_tab_of_a_tiny_run_is_shot_with_its_content(tmp_path):
+    run = tmp_path / "run"
+    run_train(run, *TINY_MODEL, "trainer.max_steps=20", "trainer.val_check_interval=10",
+              "callbacks.attention_maps.every_n_steps=10", "callbacks.embedding_projector.every_n_steps=10")
+    out = tmp_path / "shots"
+    proc = screenshots(str(run), "--out", str(out), "--prefix", "tiny", "--width", "1000", "--height", "800")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["tab"] for r in results] == list(tensorboard_screenshots.TABS)
+    for r in results:
+        assert r["rendered"], r
+        assert int(r["content"].split()[0]) > 0, r  # e.g. "5 images": counted in the page
+        assert Path(r["file"]) == out / f"tiny-{r['tab']}.png"
+        with Image.open(r["file"]) as image:
+            assert image.size == (r["width"], r["height"]) == (1000, 800)
+    assert not command_lines_naming(str(run))  # TensorBoard (and its data server) stopped
+
+
+def fake_path(tmp_path: Path, with_chromium: bool) -> dict:
+    """An environment whose PATH is one folder, with a `chromium` in it that is never started or none."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if with_chromium:
+        (bin_dir / "chromium").write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / "chromium").chmod(0o755)
+    return {**os.environ, "PATH": str(bin_dir)}
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error: "), proc.stderr
+    for word in words:
+        assert word in proc.stderr
+
+
+def test_without_chromium_it_says_what_to_install(tmp_path):
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"")
+    proc = screenshots(str(tmp_path), "--out", str(tmp_path / "shots"), env=fake_path(tmp_path, with_chromium=False))
+    assert_one_error_line(proc, "apt-get install chromium fonts-noto-cjk")
+    assert not (tmp_path / "shots").exists()
+
+
+@pytest.mark.parametrize("logdir", ["missing", "empty"])
+def test_a_logdir_without_event_files_is_one_error_line(tmp_path, logdir):
+    (tmp_path / "empty").mkdir()
+    env = fake_path(tmp_path, with_chromium=True)
+    proc = screenshots(str(tmp_path / logdir), "--out", str(tmp_path / "shots"), env=env)
+    assert_one_error_line(proc, str(tmp_path / logdir))
+
+
+def test_a_blank_picture_does_not_count_as_rendered():
+    blank = io.BytesIO()
+    Image.new("RGB", (200, 100), "white").save(blank, format="PNG")
+    colours, busy = tensorboard_screenshots.picture_stats(blank.getvalue())
+    assert (colours, busy) == (1, 0.0)
+    assert colours < tensorboard_screenshots.MIN_COLOURS and busy < tensorboard_screenshots.MIN_BUSY
