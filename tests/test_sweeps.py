@@ -14,6 +14,7 @@ from hydra import initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.sweep_report import main as report_main
@@ -70,6 +71,11 @@ def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep
         events = EventAccumulator(str(jobs[name] / "tensorboard" / names[name]))
         events.Reload()
         assert events.Scalars("summary/val_loss")[-1].value == pytest.approx(metrics["val_loss"])
+        # its HParams columns: what the command line chose (the swept settings first), and the seed
+        session = plugin_data_pb2.HParamsPluginData.FromString(
+            events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
+        assert {"model/n_embd", "model/num_heads", "trainer/max_steps", "seed"} <= set(session.hparams)
+        assert not [key for key in session.hparams if key.startswith(("callbacks", "paths", "logger"))]
 
 
 def test_sweep_report_tables_and_plots_the_grid(grid_sweep, capsys):

@@ -13,6 +13,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
@@ -28,6 +29,8 @@ from tinylm.run_logs import held_file_logs, log_error_to_files, quiet_lightning
 from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
 
 log = logging.getLogger(__name__)
+# how a run executes or where it writes, not what it trains: no HParams column
+NOT_SETTINGS = ("ckpt_path", "paths", "callbacks", "logger", "threads", "compile")
 
 
 def resolve_path(path: str | None) -> str | None:
@@ -177,26 +180,29 @@ def train(cfg: DictConfig) -> dict:
     return metrics
 
 
-def flatten(tree: dict, prefix: str = "") -> dict:
-    """{"model": {"n_embd": 64}} -> {"model/n_embd": 64}; lists and None become strings."""
-    flat = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}/"))
-        else:
-            flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
-    return flat
+def chosen_settings(cfg: DictConfig) -> dict:
+    """What the command line chose for this run (in a sweep: the swept settings and those all jobs
+    share), and the seed: the columns that tell runs apart in TensorBoard's HParams tab. The whole
+    config is in the run's .hydra/config.yaml."""
+    keys = ["seed"]
+    if HydraConfig.initialized():
+        overrides = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+        keys += [o.key_or_group for o in overrides if not o.is_delete()]
+    chosen = {}
+    for key in dict.fromkeys(keys):
+        value = OmegaConf.select(cfg, key, default=None)
+        if key.split(".")[0] not in NOT_SETTINGS and value is not None and not isinstance(value, DictConfig):
+            chosen[key.replace(".", "/")] = value if isinstance(value, int | float | str | bool) else str(value)
+    return chosen
 
 
 def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
-    """TensorBoard's HParams tab: the run's settings next to its final val loss and bits/char."""
-    settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ("paths", "hydra")}
+    """TensorBoard's HParams tab: the run's chosen settings next to its final val loss and bits/char."""
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             scores = {"summary/val_loss": metrics["val_loss"], "summary/val_bpc": metrics["val_bpc"],
                       "summary/num_params": metrics["num_params"]}
-            logger.log_hyperparams(flatten(settings), {k: v for k, v in scores.items() if v is not None})
+            logger.log_hyperparams(chosen_settings(cfg), {k: v for k, v in scores.items() if v is not None})
             # written after fit has closed the logger: flush now, or a run's last events are lost at exit
             logger.finalize("success")
 
