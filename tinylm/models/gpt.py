@@ -130,11 +130,9 @@ class RotaryPositions(nn.Module):
 class KVCache:
     """Pre-allocated keys/values for incremental decoding, (B, h, block_size, hs) per layer.
 
-    Positions are absolute, so the cache only holds the first block_size positions of a text:
-    once a text outgrows the block, every kept token moves to a new position, the stored keys and
-    values go stale, and the window must be encoded afresh (``tinylm.generation`` does). That
-    holds for rope too: its scores do not change when every position shifts, but from the second
-    layer on the cached keys and values were computed from tokens that have since left the window.
+    It holds the first block_size positions of a text. Once a text outgrows the block, every kept
+    token moves to a new position and the window is encoded afresh (``tinylm.generation``), with
+    rope too: from the second layer on, cached keys and values depend on tokens that left the window.
     """
 
     def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
@@ -330,9 +328,7 @@ class GPT(LanguageModel):
             trace("loss input: logits", flat_logits)
             trace("loss input: targets", flat_targets)
             loss = F.cross_entropy(flat_logits, flat_targets)
-        if return_attention:
-            return logits, loss, attention
-        return logits, loss
+        return (logits, loss, attention) if return_attention else (logits, loss)
 
     def parameter_table(self) -> list[tuple[str, int]]:
         """(part, parameter count) rows: embeddings, each block, final LayerNorm, lm_head."""
