@@ -22,7 +22,7 @@ from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.generation import encode_prompt, stream_text, validate_sampling
-from tinylm.textfile import read_capped_bytes
+from tinylm.textfile import as_lines, read_capped_bytes
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
@@ -55,7 +55,7 @@ def read_prompt(cfg: DictConfig) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise TinyLMError(f"prompt_file {path} cannot be read as UTF-8 text ({e})") from None
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")  # as training reads its text
+    return as_lines(text)[0]  # as training reads its text
 
 
 def check_options(cfg: DictConfig) -> None:

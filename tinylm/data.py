@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tinylm.errors import TinyLMError
-from tinylm.textfile import MIB, encoding_problem, errors_problem, read_capped_bytes
+from tinylm.textfile import MIB, as_lines, encoding_problem, errors_problem, read_capped_bytes
 from tinylm.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer
 
 log = logging.getLogger(__name__)
@@ -86,12 +86,9 @@ def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "
             f"cannot be decoded; set data.encoding=... to the file's encoding or "
             f"data.errors=replace to replace bad bytes"
         ) from None
-    text = text.removeprefix("\ufeff")
+    text, crlf = as_lines(text)
     if not text:
         raise TinyLMError(f"data file is empty: {path} (give it some text to learn from)")
-    crlf = text.count("\r\n")
-    if crlf:
-        text = text.replace("\r\n", "\n")
     lone_cr, nul = text.count("\r"), text.count("\0")
     found = [(crlf, "CRLF line endings (read as LF; convert the file with dos2unix to skip this)"),
              (lone_cr, "lone CR characters (kept as symbols: replace them with newlines)"),

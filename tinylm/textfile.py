@@ -58,6 +58,14 @@ def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key
     return data
 
 
+def as_lines(text: str) -> tuple[str, int]:
+    """``text`` as training reads it: a leading byte order mark dropped (a marker, not text) and CRLF
+    line endings read as LF; and how many CRLFs there were."""
+    text = text.removeprefix("\ufeff")
+    crlf = text.count("\r\n")
+    return (text.replace("\r\n", "\n") if crlf else text), crlf
+
+
 def encoding_problem(encoding) -> str | None:
     """What is wrong with a text encoding name (``must be ...``), or None when bytes decode with it."""
     try:

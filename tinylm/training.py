@@ -161,10 +161,11 @@ def train(cfg: DictConfig) -> dict:
 
     val_loss = trainer.callback_metrics.get("loss/val")
     val_loss = float(val_loss) if val_loss is not None else math.nan
+    val_bpc = val_loss / math.log(2) / datamodule.val_chars_per_token
     steps = trainer.global_step - module.start_step
     metrics = {
         "val_loss": finite_or_none(val_loss),
-        "val_bpc": finite_or_none(val_loss / math.log(2) / datamodule.val_chars_per_token),
+        "val_bpc": finite_or_none(val_bpc),
         "num_params": module.model.num_params(),
         "steps": trainer.global_step,
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
@@ -176,7 +177,7 @@ def train(cfg: DictConfig) -> dict:
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
         log_hparams(trainer, cfg, metrics)
         log.info("final val loss %.4f (%.3f bits/char); run folder %s",
-                 val_loss, val_loss / math.log(2) / datamodule.val_chars_per_token, output_dir)
+                 val_loss, val_bpc, output_dir)
     return metrics
 
 
