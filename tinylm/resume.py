@@ -27,11 +27,11 @@ from hydra.errors import HydraException
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import HYDRA_DIR, original_overrides
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
 LOCATORS = ("paths",)  # say where to look for `last`; never applied to the resumed run
-HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 RESUMES_FILE = "resumes.yaml"
 
 # the model settings a checkpoint's weights depend on; a key an architecture lacks reads as None
@@ -61,10 +61,9 @@ def merge_overrides(overrides: list[str]) -> list[str]:
 
 def saved_overrides(run_dir: Path) -> list[str] | None:
     """The run's own overrides: its original command line, then each resume's changes (None: no record)."""
-    record = run_dir / HYDRA_DIR / "overrides.yaml"
-    if not record.is_file():
+    overrides = original_overrides(run_dir)
+    if overrides is None:
         return None
-    overrides = list(yaml.safe_load(record.read_text(encoding="utf-8")) or [])
     resumes = run_dir / HYDRA_DIR / RESUMES_FILE
     if resumes.is_file():
         for entry in yaml.safe_load(resumes.read_text(encoding="utf-8")) or []:

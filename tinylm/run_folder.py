@@ -1,9 +1,12 @@
-"""Unique run folders, even for runs started in the same second.
+"""Run folders: unique ones, even for runs started in the same second, and the record Hydra keeps in them.
 
 ``hydra.run.dir`` is ``${unique_dir:${paths.log_dir}/runs/<time stamp>}``: the ``unique_dir``
 resolver claims the folder with an atomic ``mkdir``. When another run already holds that name it
 tries ``<name>-2``, ``<name>-3``, ... so two ``train.py`` started at once never share a folder
 (names still sort by start time). Within one process the same name always gives the same folder.
+
+``original_overrides`` reads back the command line a run was started with (``.hydra/overrides.yaml``),
+for resuming it, reusing it in a comparison and tabulating a sweep.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 _claimed: dict[str, str] = {}
 
 
@@ -35,3 +39,9 @@ def register_resolvers() -> None:
     """Make ``${unique_dir:...}`` available to the training config (see conf/hydra/default.yaml)."""
     if not OmegaConf.has_resolver("unique_dir"):
         OmegaConf.register_new_resolver("unique_dir", claim_unique_dir)
+
+
+def original_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides a run folder was started with (its ``.hydra/overrides.yaml``), None if absent."""
+    record = Path(run_dir) / HYDRA_DIR / "overrides.yaml"
+    return [str(o) for o in OmegaConf.load(record)] if record.is_file() else None

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from omegaconf import OmegaConf
 
 from tinylm.errors import TinyLMError
 from tinylm.plotting import save_png
+from tinylm.run_folder import original_overrides
 
 # metrics.json fields shown, in column order
 METRICS = ("val_loss", "val_bpc", "num_params", "tokens_per_second", "wall_seconds", "steps")
@@ -68,10 +68,7 @@ class Job:
 
 def read_overrides(folder: Path) -> dict[str, str]:
     """``["model.n_embd=32", ...]`` in .hydra/overrides.yaml -> ``{"model.n_embd": "32", ...}``."""
-    path = folder / ".hydra" / "overrides.yaml"
-    if not path.exists():
-        return {}
-    pairs = (str(item).split("=", 1) for item in OmegaConf.load(path))
+    pairs = (item.split("=", 1) for item in original_overrides(folder) or [])
     return {pair[0]: pair[1] if len(pair) == 2 else "" for pair in pairs}
 
 

@@ -15,15 +15,10 @@ from omegaconf import OmegaConf
 from tinylm.cli import TRAIN_PATH_KEYS, quote_values
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import original_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = ROOT / "train.py"
-
-
-def saved_overrides(run_dir: Path) -> list[str] | None:
-    """The overrides a run folder was trained with (its .hydra/overrides.yaml), None if absent."""
-    path = run_dir / ".hydra" / "overrides.yaml"
-    return [str(o) for o in OmegaConf.load(path)] if path.exists() else None
 
 
 def finished(run_dir: Path, overrides: list[str]) -> bool:
@@ -34,7 +29,7 @@ def finished(run_dir: Path, overrides: list[str]) -> bool:
     """
     if not run_dir.exists():
         return False
-    saved = saved_overrides(run_dir)
+    saved = original_overrides(run_dir)
     if saved is None:
         raise TinyLMError(f"{run_dir} is not a run folder (no .hydra/overrides.yaml): move it, or use another --out")
     if saved != overrides:
