@@ -19,7 +19,6 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
 
     from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, quote_values
     from tinylm.errors import TinyLMError
-    from tinylm.resume import plan_resume
     from tinylm.run_folder import register_resolvers
 except KeyboardInterrupt:
     sys.exit(130)
@@ -40,7 +39,10 @@ if __name__ == "__main__":
     try:
         in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
         sys.argv = quote_values(sys.argv, TRAIN_FOLDER_KEYS if in_sweep else TRAIN_PATH_KEYS)
-        sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
+        if any(arg.lstrip("+").startswith("ckpt_path=") for arg in sys.argv[1:]):
+            from tinylm.resume import plan_resume  # torch and the checkpoint reader: only for a resume
+
+            sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
         register_resolvers()
         main()
     except TinyLMError as e:
