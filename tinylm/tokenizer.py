@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
-
 
 class CharTokenizer:
     """One id per distinct character of the training text (sorted, so the mapping is stable)."""
@@ -113,6 +110,8 @@ class BPETokenizer:
         """Rebuild from the JSON string of a trained tokenizer; ValueError names what is wrong with it."""
         if not isinstance(json, str):
             raise ValueError(f"the BPE tokenizer's json must be a string, not {type(json).__name__}")
+        from tokenizers import Tokenizer as HFTokenizer  # only a BPE run loads the library
+
         try:
             self.backend = HFTokenizer.from_str(json)
         except Exception as e:  # the tokenizers library raises a bare Exception for bad JSON
@@ -131,6 +130,9 @@ class BPETokenizer:
     @classmethod
     def train(cls, text: str, vocab_size: int) -> BPETokenizer:
         """Learn merges from ``text`` until ``vocab_size`` symbols (fewer if the text runs out)."""
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
         backend = HFTokenizer(models.BPE())
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # words, then bytes
         backend.decoder = decoders.ByteLevel()
