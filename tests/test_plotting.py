@@ -1,7 +1,10 @@
 """Figures: the CJK font from the pip package, heatmaps with Chinese labels, the masked future,
 and a layout that stays legible in TensorBoard's Time Series card (about 400 px wide)."""
 
+import io
 import itertools
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from tinylm import plotting
+from tinylm import plotting, rendering
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 
@@ -105,10 +108,10 @@ def tokenized(kind: str) -> list[str]:
 
 
 def test_font_is_the_pip_package_noto_sans_sc_registered_in_process():
-    path = plotting.cjk_font_path()
+    path = rendering.cjk_font_path()
     assert path.name.startswith("NotoSansSC") and path.suffix in (".otf", ".ttf")
     assert "pylopdf_fonts_zh_cn" in path.parts  # the installed package, not a system font
-    assert plotting.register_cjk_font() == "Noto Sans SC"
+    assert rendering.register_cjk_font() == "Noto Sans SC"
     registered = [f.fname for f in matplotlib.font_manager.fontManager.ttflist
                   if f.name == "Noto Sans SC"]
     assert registered == [str(path)]  # used where pip put it: nothing copied into matplotlib
@@ -182,7 +185,7 @@ def test_chinese_characters_render_as_distinct_glyphs_not_boxes():
     """A missing glyph renders as the same empty box for every character; real glyphs differ."""
 
     def glyph(ch: str) -> np.ndarray:
-        with plotting.cjk_style():
+        with rendering.cjk_style():
             fig = Figure(figsize=(0.6, 0.6), dpi=50)
             fig.text(0.5, 0.5, ch, ha="center", va="center", fontsize=20)
         return plotting.render_rgb(fig)
@@ -195,7 +198,7 @@ def test_chinese_characters_render_as_distinct_glyphs_not_boxes():
 def test_a_cjk_glyph_is_about_one_em_tall():
     """Why the font size stands for a label's height: the ink of 自 spans about one em."""
     em = 40  # px
-    with plotting.cjk_style():
+    with rendering.cjk_style():
         fig = Figure(figsize=(1, 1), dpi=72)
         fig.text(0.5, 0.5, "自", ha="center", va="center", fontsize=em)
     ink = np.flatnonzero((plotting.render_rgb(fig) < 128).any(axis=(1, 2)))
@@ -283,3 +286,98 @@ def test_save_png_writes_the_same_pixels_as_tensorboard_gets(tmp_path: Path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     png = matplotlib.image.imread(path)  # visualize.py's files: the same size, so the same rule
     assert png.shape[:2] == plotting.render_rgb(fig).shape[:2]
+
+
+# --------------------------------------------------------------------------------------------
+# The training callback's figure: built once, then only its cells and title change
+
+
+def test_a_reused_figure_draws_the_same_pixels_as_a_fresh_one():
+    """Two calls on one figure (other weights, layer and note), each drawn like a figure built
+    afresh and drawn in full: a figure per layout, a longer note (two lines) makes another."""
+    labels, reuse = list(PROBE), {}
+    calls = [(causal_weights(4, 9, seed=0), 0, "step 500"), (causal_weights(4, 9, seed=1), 3, "step 1000"),
+             (causal_weights(4, 9, seed=2), 1, "run 20240101-120000, checkpoint last.ckpt, step 1500")]
+    figures = []
+    for weights, layer, note in calls:
+        fig = plotting.attention_figure(weights, labels, layer, note=note, reuse=reuse)
+        reused = plotting.render_rgb(fig)
+        fresh = plotting.attention_figure(weights, labels, layer, note=note)
+        assert type(fresh) is Figure  # a plain figure, drawn in full by matplotlib
+        np.testing.assert_array_equal(reused, plotting.render_rgb(fresh))
+        assert fig.get_suptitle() == fresh.get_suptitle()
+        assert " ".join(fig.get_suptitle().split()).endswith(note)  # the note, wrapped
+        figures.append(fig)
+    assert isinstance(figures[0], rendering.ReusableFigure)
+    assert figures[1] is figures[0]  # the same figure, refilled
+    assert figures[2] is not figures[0] and len(reuse) == 2  # the title's extra line: another page
+    # the second call's cells are the second weights, not the first
+    assert panels(figures[1])[0].get_array()[8, 0] == pytest.approx(calls[1][0][0, 8, 0].item())
+
+
+def test_a_reused_figure_keeps_its_labels_and_masked_cells():
+    """After two calls: every panel's key labels, each row's query labels, the titles, and the
+    masked future cells drawn grey and hatched in every panel."""
+    T, heads, labels, reuse = 9, 4, list(PROBE), {}
+    plotting.render_rgb(plotting.attention_figure(causal_weights(heads, T, 0), labels, 0, reuse=reuse))
+    fig = plotting.attention_figure(causal_weights(heads, T, 1), labels, 2, note="step 9", reuse=reuse)
+    image = plotting.render_rgb(fig)
+    strings = [t.get_text() for t in fig.axes[0].texts]
+    for i, ch in enumerate(labels):
+        assert strings.count(f"{ch}\n{i}") == heads  # under each panel
+        assert strings.count(f"{i} {ch}") == 2  # left of each row of the 2 x 2 grid
+    assert [strings.count(f"head {h}") for h in range(heads)] == [1] * heads
+    assert fig.get_suptitle().startswith("Layer 2 attention") and "step 9" in fig.get_suptitle()
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    hatches = [p for p in fig.axes[0].patches if p.get_hatch() == "///"]
+    assert len(hatches) == heads and all(h in fig.changing for h in hatches)  # drawn on the cells
+    for im in panels(fig):
+        np.testing.assert_array_equal(im.get_array().mask, future)
+        left, right, bottom, top = im.get_extent()
+        cell = (right - left) / T
+        future_pixels = np.concatenate([  # inside each future cell, its edges left out
+            image_region(fig, image, left + j * cell, top + i * cell, cell).reshape(-1, 3)
+            for i, j in np.argwhere(future)])
+        assert np.ptp(future_pixels, axis=1).max() <= 2  # shades of grey: no weight's colour
+        shade = future_pixels[:, 0].astype(int)
+        grey, hatch = np.abs(shade - round(0.85 * 255)) <= 2, shade <= round(0.55 * 255) + 20
+        assert (shade <= round(0.85 * 255) + 2).all()  # nothing lighter than the mask's grey
+        assert grey.mean() > 0.5 and 0.05 < hatch.mean() < 0.5, (grey.mean(), hatch.mean())
+        for i in range(T):  # the diagonal: coloured by its weight, not grey
+            assert np.ptp(pixel(fig, image, left + (i + 0.5) * cell, top + (i + 0.5) * cell)) > 30
+
+
+def image_region(fig: Figure, image: np.ndarray, x: float, y: float, size: float) -> np.ndarray:
+    """The pixels of the square of ``size`` data units whose top-left corner is (x, y)."""
+    (c0, r0), (c1, r1) = fig.axes[0].transData.transform([(x, y), (x + size, y + size)])
+    rows = sorted(image.shape[0] - int(r) for r in (r0, r1))
+    return image[rows[0] + 2:rows[1] - 2, int(c0) + 2:int(c1) - 2]
+
+
+def test_importing_the_plotting_functions_loads_neither_matplotlib_nor_the_font():
+    """A fresh process: tinylm.plotting imports no matplotlib, and the callback's module adds no
+    matplotlib module to those lightning imports itself (torchmetrics, when matplotlib is
+    installed, imports pyplot), and not tinylm.rendering, which registers the font."""
+    code = """if True:
+        import sys
+        import tinylm.plotting
+        assert "matplotlib" not in sys.modules, "tinylm.plotting imported matplotlib"
+        import lightning
+        before = {m for m in sys.modules if m.startswith("matplotlib")}
+        import tinylm.callbacks.attention_maps
+        added = sorted(m for m in sys.modules if m.startswith("matplotlib") and m not in before)
+        assert not added, added
+        assert "tinylm.rendering" not in sys.modules
+        """
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_the_callbacks_png_holds_the_rendered_pixels():
+    from tinylm.callbacks.attention_maps import png
+
+    fig = plotting.attention_figure(causal_weights(4, 9), list(PROBE), layer=0, note="step 1")
+    image = plotting.render_rgb(fig)
+    data = png(image)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    decoded = matplotlib.image.imread(io.BytesIO(data), format="png")
+    np.testing.assert_array_equal(np.round(decoded * 255).astype(np.uint8), image)

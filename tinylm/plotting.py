@@ -4,39 +4,28 @@ Figures are plain ``matplotlib.figure.Figure`` objects drawn by the Agg canvas, 
 pyplot keeps every figure in a global registry until closed, which leaks memory over a long run,
 and it would pick an interactive backend on a desktop. A figure here is garbage once unreferenced.
 
-Chinese labels need a font with CJK glyphs. Rather than relying on system font packages, we
-register the OFL Noto Sans SC font shipped by the PyPI package ``pylopdf-fonts-zh-cn`` with
-matplotlib's font manager, in this process only (nothing is written into matplotlib's folders),
-and draw with the family list ``DejaVu Sans, Noto Sans SC``: Latin text keeps matplotlib's usual
-font, and any glyph DejaVu lacks (Chinese characters, CJK punctuation) falls back to Noto.
+matplotlib and the Chinese font (see ``tinylm.rendering``) are loaded when the first figure is
+made, not when this module is imported: the training callbacks import it for every run.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from importlib import resources
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from matplotlib import colormaps, font_manager, rc_context
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import ListedColormap
-from matplotlib.figure import Figure
-from matplotlib.patches import Polygon, Rectangle
-from matplotlib.textpath import TextToPath
-from matplotlib.transforms import Affine2D
 
-from tinylm.errors import TinyLMError
 from tinylm.generation import eval_no_grad
 from tinylm.models import LanguageModel
 
-FONT_PACKAGE = "pylopdf_fonts_zh_cn"
-LATIN_FAMILY = "DejaVu Sans"  # matplotlib's bundled default font
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Polygon
+    from matplotlib.text import Text
 
 # Characters that would be invisible (or break a TSV/table) as labels, and what to show instead.
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
@@ -57,65 +46,19 @@ def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Fonts
-
-
-def cjk_font_path() -> Path:
-    """The Noto Sans SC font file inside the installed ``pylopdf-fonts-zh-cn`` package."""
-    try:
-        package = resources.files(FONT_PACKAGE)
-    except ModuleNotFoundError:
-        raise TinyLMError(
-            "the Chinese font package is not installed: pip install pylopdf-fonts-zh-cn"
-        ) from None
-    fonts = sorted(
-        Path(str(entry)) for entry in package.iterdir()
-        if entry.name.startswith("NotoSansSC") and entry.name.endswith((".otf", ".ttf"))
-    )
-    if not fonts:
-        raise TinyLMError(
-            f"no NotoSansSC font file found in {package}: reinstall pylopdf-fonts-zh-cn"
-        )
-    return fonts[0]
-
-
-@functools.cache
-def register_cjk_font() -> str:
-    """Add Noto Sans SC to matplotlib's font manager (once per process); return its family name."""
-    path = cjk_font_path()
-    font_manager.fontManager.addfont(str(path))
-    return font_manager.FontProperties(fname=str(path)).get_name()
-
-
-@contextmanager
-def cjk_style() -> Iterator[None]:
-    """Draw with Latin + Chinese fonts. Text objects take their font when created, so build and
-    render figures inside this context; matplotlib's global settings are left as they were."""
-    family = register_cjk_font()
-    with rc_context({"font.family": [LATIN_FAMILY, family]}):
-        yield
-
-
-# --------------------------------------------------------------------------------------------
-# Getting pixels out of a figure
+# Pixels, drawn by tinylm.rendering: the first call loads matplotlib and the font
 
 
 def render_rgb(fig: Figure) -> np.ndarray:
     """Draw ``fig`` with Agg and return its pixels, (H, W, 3) uint8, for TensorBoard's add_image."""
-    canvas = FigureCanvasAgg(fig)
-    with cjk_style():
-        canvas.draw()
-    return np.asarray(canvas.buffer_rgba())[..., :3].copy()  # (H, W, 4) -> (H, W, 3)
+    from tinylm.rendering import render_rgb
+    return render_rgb(fig)
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` as a PNG file (creating its folder), drawn by Agg like ``render_rgb``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)  # attaches itself to the figure: savefig then never touches pyplot
-    with cjk_style():
-        fig.savefig(path, format="png")
-    return path
+    from tinylm.rendering import save_png
+    return save_png(fig, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,6 +81,8 @@ def _future_outline(T: int) -> Polygon:
 
     Cell (i, j) of an imshow covers x in [j - 0.5, j + 0.5] and y in [i - 0.5, i + 0.5].
     """
+    from matplotlib.patches import Polygon
+
     corners = [(0.5, -0.5), (T - 0.5, -0.5), (T - 0.5, T - 1.5)]
     for k in range(T - 1, 0, -1):  # walk the stairs back up to the top-left
         corners += [(k - 0.5, k - 0.5), (k - 0.5, k - 1.5)]
@@ -167,16 +112,11 @@ KEY_TITLE, QUERY_TITLE = "key position (attended to)", "query position (attendin
 COLORBAR_LABEL = "attention weight (each row sums to 1)"
 
 
-@functools.cache
-def _char_em(ch: str) -> float:
-    """One character's advance width in ems, measured in the fonts the figures draw with."""
-    font = font_manager.FontProperties(family=[LATIN_FAMILY, register_cjk_font()], size=10)
-    return TextToPath().get_text_width_height_descent(ch, font, ismath=False)[0] / 10
-
-
 def _em(text: str, pt: float = LABEL_PT) -> float:
     """Width of one line of ``text`` drawn at ``pt`` points, in label ems (kerning left out)."""
-    return sum(map(_char_em, text)) * pt / LABEL_PT
+    from tinylm.rendering import char_em  # measured in the fonts the figures draw with
+
+    return sum(map(char_em, text)) * pt / LABEL_PT
 
 
 def _wrap(text: str, width: float, pt: float = LABEL_PT) -> list[str]:
@@ -242,10 +182,16 @@ class _Layout:
         row, col = divmod(panel, self.cols)
         return self.left + col * (self.side + GAP), self.top + row * self.pitch + self.head
 
-    def page(self) -> tuple[Figure, Axes]:
-        """A figure of this size and its one axes in label ems, with the title and axis titles."""
-        fig = Figure(figsize=(self.width * EM, self.height * EM), dpi=DPI)
-        fig.suptitle("\n".join(self.title), y=1 - PAD / self.height, fontsize=TITLE_PT)
+    def page(self, reusable: bool = False) -> tuple[Figure, Axes, Text]:
+        """A figure of this size, its one axes in label ems, and its title; the axis titles
+        drawn. ``reusable``: a ``ReusableFigure``, to be drawn again with other cells."""
+        from matplotlib.figure import Figure
+
+        from tinylm.rendering import ReusableFigure
+
+        figure_class = ReusableFigure if reusable else Figure
+        fig = figure_class(figsize=(self.width * EM, self.height * EM), dpi=DPI)
+        title = fig.suptitle("\n".join(self.title), y=1 - PAD / self.height, fontsize=TITLE_PT)
         # limits set first are fixed: the images placed in it do not rescale it
         ax = fig.add_axes((0, 0, 1, 1), xlim=(0, self.width), ylim=(self.height, 0))
         ax.set_axis_off()
@@ -254,20 +200,24 @@ class _Layout:
         middle = self.top + self.head + ((self.rows - 1) * self.pitch + self.side) / 2
         ax.text(self.left - TICK_PAD - self.row_labels - LINE, middle, QUERY_TITLE,
                 rotation=90, ha="left", va="center", fontsize=LABEL_PT)
-        return fig, ax
+        return fig, ax, title
 
-    def panel(self, ax: Axes, panel: int, cells: np.ndarray, cmap, title: str = "") -> None:
+    def panel(self, ax: Axes, panel: int, cells: np.ndarray, cmap, title: str = "") -> list:
         """Draw ``cells`` (T, T) as panel number ``panel``: the image, its hatched future cells,
         a frame, the title above and the labels: keys under it, queries left of the first
-        column."""
+        column. Returns the artists drawn on the cells, in drawing order: the image first."""
+        from matplotlib.patches import Rectangle
+        from matplotlib.transforms import Affine2D
+
         x, y = self.corner(panel)
         T, side = len(self.labels), self.side
-        ax.imshow(cells, cmap=cmap, vmin=0, vmax=1, extent=(x, x + side, y + side, y),
-                  aspect="auto", interpolation="nearest")
+        on_cells = [ax.imshow(cells, cmap=cmap, vmin=0, vmax=1, extent=(x, x + side, y + side, y),
+                              aspect="auto", interpolation="nearest")]
         if T > 1:  # the outline in cell units, moved into place
             cell_units = Affine2D().scale(self.cell).translate(x + self.cell / 2, y + self.cell / 2)
-            ax.add_patch(_future_outline(T)).set_transform(cell_units + ax.transData)
-        ax.add_patch(Rectangle((x, y), side, side, fill=False, linewidth=0.8))
+            on_cells.append(ax.add_patch(_future_outline(T)))
+            on_cells[-1].set_transform(cell_units + ax.transData)
+        on_cells.append(ax.add_patch(Rectangle((x, y), side, side, fill=False, linewidth=0.8)))
         if title:
             ax.text(x + side / 2, y - 0.3, title, ha="center", va="bottom", fontsize=TITLE_PT)
         for i, ch in enumerate(self.labels):
@@ -277,9 +227,12 @@ class _Layout:
             if panel % self.cols == 0:
                 ax.text(x - TICK_PAD, y + at, f"{i} {ch}", ha="right", va="center",
                         fontsize=LABEL_PT)
+        return on_cells
 
     def colour_bar(self, ax: Axes, cmap) -> None:
         """The colour scale 0..1 under the panels, with ticks and the wrapped label."""
+        from matplotlib.patches import Rectangle
+
         x0, x1, y = self.left + 1, self.left + self.span - 1, self.bar  # room for "1.0" at its end
         ax.imshow(np.linspace(0, 1, 256)[None], cmap=cmap, extent=(x0, x1, y + BAR, y),
                   aspect="auto", gid="colour bar")
@@ -304,27 +257,57 @@ def _layout(panels: int, labels: Sequence[str], title: Sequence[str], **options)
 
 
 def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
-                     note: str = "") -> Figure:
+                     note: str = "", reuse: dict | None = None) -> Figure:
     """One layer's attention, a panel per head: rows are queries, columns keys, colour = weight.
 
     ``weights``: (h, T, T), each row a probability distribution over keys 0..i. The cells above
     the diagonal (future keys) are masked grey and hatched: the model can never look there. The
     panels form a near-square grid (see ``_layout``) with a colour bar under it.
+
+    ``reuse``: a dict kept by the caller between calls (the training callback keeps one), holding
+    a figure per layout. A call with the same labels, heads and title size then fills that figure
+    with its cells and title instead of building one, and drawing it renders only those again,
+    not the labels (``tinylm.rendering.ReusableFigure``): the same pixels in about a sixth of the
+    time. Draw the figure before the next call: that call changes it.
     """
     heads, T, _ = weights.shape
     if len(labels) != T:
         raise ValueError(f"{len(labels)} labels for {T} positions")
-    future = np.triu(np.ones((T, T), dtype=bool), k=1)
-    cmap = colormaps["viridis"].with_extremes(bad="0.85")
     title = [f"Layer {layer} attention: query attends to key", "(grey = future, masked)"]
     layout = _layout(heads, labels, title, note=note, colorbar=COLORBAR_LABEL)
-    with cjk_style():
-        fig, ax = layout.page()
-        for head in range(heads):
-            cells = np.ma.masked_array(weights[head].numpy(), mask=future)
-            layout.panel(ax, head, cells, cmap, title=f"head {head}")
-        layout.colour_bar(ax, cmap)
+    key = (heads, tuple(labels), layout.width, len(layout.title))  # all the layout depends on
+    if reuse is not None and key in reuse:
+        fig, title_text, images = reuse[key]
+    else:
+        fig, title_text, images = _attention_page(layout, heads, reusable=reuse is not None)
+        if reuse is not None:
+            reuse[key] = fig, title_text, images
+    title_text.set_text("\n".join(layout.title))
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    for image, cells in zip(images, weights.numpy(), strict=True):
+        image.set_data(np.ma.masked_array(cells, mask=future))
     return fig
+
+
+def _attention_page(layout: _Layout, heads: int, reusable: bool) -> tuple[Figure, Text, list]:
+    """An attention figure with its cells still blank: the figure, its title and the panels'
+    images, to be filled in. A reusable one redraws the artists on the cells and the title."""
+    from matplotlib import colormaps
+
+    from tinylm.rendering import cjk_style
+
+    T = len(layout.labels)
+    blank = np.ma.masked_array(np.zeros((T, T)), mask=np.triu(np.ones((T, T), dtype=bool), k=1))
+    cmap = colormaps["viridis"].with_extremes(bad="0.85")
+    with cjk_style():
+        fig, ax, title = layout.page(reusable)
+        on_cells = [layout.panel(ax, head, blank, cmap, title=f"head {head}")
+                    for head in range(heads)]
+        layout.colour_bar(ax, cmap)
+    images = [artists[0] for artists in on_cells]
+    if reusable:  # in matplotlib's drawing order: images, then patches (as added), then the title
+        fig.changing = [*images, *(a for artists in on_cells for a in artists[1:]), title]
+    return fig, title, images
 
 
 def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
@@ -332,12 +315,16 @@ def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
 
     ``mask``: (T, T) bool, True = visible, exactly the model's ``causal_mask`` buffer.
     """
+    from matplotlib.colors import ListedColormap
+
+    from tinylm.rendering import cjk_style
+
     T = len(labels)
     visible_cells = mask.cpu().numpy()
     title = ["Causal mask added to the scores:", "0 = may attend, −∞ = future (masked)"]
     layout = _layout(1, labels, title, head_titles=False, max_cell=2.4)
     with cjk_style():
-        fig, ax = layout.page()
+        fig, ax, _ = layout.page()
         layout.panel(ax, 0, visible_cells, ListedColormap(["0.85", "#9ecae1"]))
         if T <= 24:  # cell text stays readable up to about this size
             x, y = layout.corner(0)
