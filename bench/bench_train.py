@@ -2,7 +2,7 @@
 
     python bench/bench_train.py                      # about 2.5 minutes on 2 cores
     python bench/bench_train.py --skip-train-py      # without timing the default `python train.py`
-    python bench/bench_train.py --nanogpt ~/nanoGPT  # also nanoGPT's step and train.py (about 4.5 minutes)
+    python bench/bench_train.py --nanogpt ~/nanoGPT  # also nanoGPT's step and train.py (about 7 minutes)
     python bench/bench_train.py --device cuda --bf16 # the training steps on a GPU, bf16 mixed precision
 
 For the reference configuration (B=32, T=32, n_embd 64, 4 heads, 4 layers, dropout 0.1) and a larger
@@ -14,8 +14,9 @@ the plain loop runs the same model, optimizer and batches with nothing around th
 the same corpus. The paths take turns and the best of the repeats counts, so all see the same
 machine load. Then it times the default `python train.py` (wall time and peak RSS) and, with
 --nanogpt, nanoGPT's own train.py on Tiny Shakespeare (needs ../shared/data/tinyshakespeare.txt)
-and ours on the same text (65 symbols, where the default corpus has 405), and generation with and
-without the KV cache. It ends with the issue's targets, met or not.
+and ours on the same text (65 symbols, where the default corpus has 405), taking turns
+(--train-py-repeats times each, the fastest counts), and generation with and without the KV cache.
+It ends with the issue's targets, met or not (the start-up targets: bench/bench_startup.py).
 Every result is also printed as one JSON line (and appended to --out) to track progress.
 bench/bench_quality.py checks that the speed costs no quality.
 """
@@ -339,13 +340,15 @@ def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
 
 
 def print_checks(checks: list[dict]) -> None:
-    print("\ntargets (issue #6):")
+    print("\ntargets (issue #15):")
     for c in checks:
         print(f"  {'met    ' if c['met'] else 'NOT met'}  {c['target']:<58} {c['value']}")
 
 
 def target_checks(results: list[dict]) -> list[dict]:
-    """The issue's speed targets, each checked against the results of this run that bear on it."""
+    """The issue's targets that this run measures, each checked against its results. MFU is
+    printed for the record only: at the reference size the step is memory-bound, so it says more
+    about the machine than about the code."""
 
     def find(**keys) -> dict | None:
         return next((r for r in results if all(r.get(k) == v for k, v in keys.items())), None)
@@ -355,19 +358,16 @@ def target_checks(results: list[dict]) -> list[dict]:
     def check(target: str, value, met: bool) -> None:
         checks.append({"target": target, "value": value, "met": bool(met)})
 
-    for name, floor in (("reference", 0.30), ("larger", 0.45)):
-        r = find(bench="train", config=name, path="lightning")
-        if r:
-            check(f"{name}: MFU >= {floor:.0%} (Lightning step)", r["mfu"], r["mfu"] >= floor)
-            check(f"{name}: Lightning within 5% of the plain loop", r["lightning_vs_plain"],
-                  r["lightning_vs_plain"] >= 0.95)
-            if name == "reference" and "lightning_speedup_vs_nanogpt" in r:
-                speedup = r["lightning_speedup_vs_nanogpt"]
-                check(f"{name}: step >= 1.5x as fast as nanoGPT's", speedup, speedup >= 1.5)
-    ours, nano = find(bench="train.py", data="default"), find(bench="nanogpt train.py")
+    r = find(bench="train", config="reference", path="lightning")
+    if r and "lightning_speedup_vs_nanogpt" in r:
+        speedup = r["lightning_speedup_vs_nanogpt"]
+        check("reference: step >= 1.36x as fast as nanoGPT's (kept)", speedup, speedup >= 1.36)
+    ours = [r["wall_seconds"] for r in results if r.get("bench") == "train.py" and r.get("data") == "tinyshakespeare"]
+    nano = [r["wall_seconds"] for r in results if r.get("bench") == "nanogpt train.py"]
     if ours and nano:
-        ratio = ours["wall_seconds"] / nano["wall_seconds"]
-        check("python train.py wall <= 2/3 of nanoGPT's train.py", round(ratio, 3), ratio <= 2 / 3)
+        ratio = min(ours) / min(nano)
+        check("python train.py wall <= 0.8x nanoGPT's train.py", round(ratio, 3), ratio <= 0.8)
+    ours = find(bench="train.py", data="default")
     if ours:
         check("python train.py peak RSS <= 450 MiB", ours["peak_rss_mib"], ours["peak_rss_mib"] <= 450)
     return checks
@@ -380,6 +380,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--skip-train-py", action="store_true", help="do not time `python train.py`")
     parser.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout to time side by side")
+    parser.add_argument("--train-py-repeats", type=int, default=2,
+                        help="with --nanogpt: runs of each train.py, taking turns (the fastest counts)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: time the training steps on a GPU (train.py and thread counts are CPU-only)")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (Lightning's bf16-mixed)")
@@ -419,15 +421,16 @@ def main() -> None:
             r = results[-1]
             print(f"python train.py: {r['wall_seconds']} s for {r['steps']} steps, peak RSS {r['peak_rss_mib']} MiB, "
                   f"val loss {r['val_loss']}")
-        if nanogpt and not gpu:
-            results.append(bench_nanogpt(nanogpt, Path(tmp) / "nanogpt"))
-            r = results[-1]
-            print(f"nanoGPT train.py: {r['wall_seconds']} s for 1000 steps, peak RSS {r['peak_rss_mib']} MiB")
-            if not args.skip_train_py:  # like for like: our train.py on nanoGPT's text (65 symbols, not 405)
-                results.append(bench_train_py(str(Path(tmp) / "run-shakespeare"), data="tinyshakespeare"))
+        if nanogpt and not gpu:  # like for like: our train.py on nanoGPT's text (65 symbols, not 405), A B A B
+            for turn in range(args.train_py_repeats):
+                if not args.skip_train_py:
+                    results.append(bench_train_py(str(Path(tmp) / f"run-shakespeare-{turn}"), data="tinyshakespeare"))
+                    r = results[-1]
+                    print(f"python train.py data.path=tinyshakespeare.txt: {r['wall_seconds']} s, "
+                          f"peak RSS {r['peak_rss_mib']} MiB, val loss {r['val_loss']}")
+                results.append(bench_nanogpt(nanogpt, Path(tmp) / f"nanogpt-{turn}"))
                 r = results[-1]
-                print(f"python train.py data.path=tinyshakespeare.txt: {r['wall_seconds']} s, "
-                      f"peak RSS {r['peak_rss_mib']} MiB, val loss {r['val_loss']}")
+                print(f"nanoGPT train.py: {r['wall_seconds']} s for 1000 steps, peak RSS {r['peak_rss_mib']} MiB")
 
     generation = measure_generation(repeats=3)
     results += generation
