@@ -4,6 +4,8 @@
     python train.py data.path=my_text.txt trainer.max_steps=3000
     python train.py -m model.n_embd=32,64 model.num_heads=2,4      # a sweep, one folder per job
     python train.py ckpt_path=last trainer.max_steps=2000          # continue the newest run
+    python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 model.n_embd=32,64   # jobs in parallel
+    python train.py -m model.n_embd=32,64 hydra.sweep.dir=last    # finish the newest sweep
 
 See conf/train.yaml for every option and README.md for more.
 """
@@ -43,6 +45,10 @@ if __name__ == "__main__":
             from tinylm.resume import plan_resume  # torch and the checkpoint reader: only for a resume
 
             sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
+        if in_sweep and any(arg.startswith("hydra.sweep.dir=") for arg in sys.argv):
+            from tinylm.sweep_resume import newest_sweep
+
+            sys.argv = newest_sweep(sys.argv, ROOT / "conf")  # hydra.sweep.dir=last: the newest sweep folder
         register_resolvers()
         main()
     except TinyLMError as e:

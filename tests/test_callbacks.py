@@ -278,8 +278,9 @@ def test_callback_config_groups():
     assert targets["attention_maps"] == "tinylm.callbacks.AttentionMaps"
     assert {"sample_text", "next_token_probes", "embedding_projector"} <= set(targets)
     assert [k for k, v in minimal.items() if v] == [
-        "model_checkpoint", "last_checkpoint", "learning_rate_monitor", "progress_bar"
+        "model_checkpoint", "last_checkpoint", "early_stopping", "learning_rate_monitor", "progress_bar"
     ]
+    assert default.early_stopping.patience is None and minimal.early_stopping.patience is None  # off by default
     assert "attention_maps" not in one_off and "sample_text" in one_off
 
 

@@ -168,7 +168,7 @@ def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path):
     assert report.count("\n## ") == 4 and report.count("curves.png)") == 4
     for names in variants.values():
         for variant in names:
-            assert re.search(rf"^\| {variant} +\|.*\| ok +\|$", report, re.MULTILINE), variant
+            assert re.search(rf"^\| {variant} +\|.*\| finished +\|$", report, re.MULTILINE), variant
     assert proc.stdout.count(": training (") == 10  # the reference run is trained once, copied 3 times
     assert proc.stdout.count("the same training config as positions/learned, copied") == 3
     assert metrics["char"] == metrics["gpt"] == metrics["constant_lr"] == metrics["learned"]

@@ -80,6 +80,21 @@ BAD = {
     "data.errors=surrogateescape": f"data.errors='surrogateescape' {HANDLERS}",  # lone surrogates: untokenizable
     "data.encoding=foo": "data.encoding='foo' must be a text encoding Python knows, e.g. utf-8, gbk or latin-1",
     "data.encoding=rot13": "data.encoding='rot13' must be a text encoding Python knows, e.g. utf-8, gbk or latin-1",
+    # early stopping: off while patience is null, and its patience counts validations
+    "callbacks.early_stopping.patience=0": "callbacks.early_stopping.patience=0 must be a positive integer or null",
+    "callbacks.early_stopping.patience=-3": "callbacks.early_stopping.patience=-3 must be a positive integer or null",
+    "callbacks.early_stopping.patience=2.5": "callbacks.early_stopping.patience=2.5 must be a positive integer or null",
+    "callbacks.early_stopping.patience=abc": "callbacks.early_stopping.patience='abc' must be a positive integer "
+                                             "or null",
+    "callbacks.early_stopping.min_delta=-0.1": "callbacks.early_stopping.min_delta=-0.1 must be a number >= 0",
+    "callbacks.early_stopping.monitor=loss/train": "callbacks.early_stopping.monitor='loss/train' must be one of "
+                                                   "loss/val, loss/val_bpc",
+    "callbacks.early_stopping.check_on_train_epoch_end=true": "callbacks.early_stopping.check_on_train_epoch_end=True "
+                                                              "must be false: training is one endless epoch, so check "
+                                                              "at each validation",
+    "+callbacks.early_stopping.mode=max": "callbacks.early_stopping.mode is unknown: remove it (early stopping takes "
+                                          "monitor, patience, min_delta and check_on_train_epoch_end; see "
+                                          "conf/callbacks/default.yaml)",
 }
 
 
@@ -94,10 +109,13 @@ def test_each_bad_value_is_one_line_naming_its_key(tmp_path, override):
      "trainer.gradient_clip_val=0.5", "trainer.deterministic=warn", "trainer.devices=auto", "+trainer.precision=32",
      "+trainer.precision=bf16-mixed", "+trainer.limit_val_batches=0", "+trainer.accumulate_grad_batches=2",
      "data.max_mib=0.5", "data.errors=replace", "data.errors=backslashreplace", "data.encoding=gbk",
-     "data.encoding=utf-16", "data.path=", "data.sha256=" + "ab" * 32, "ckpt_path=last", "threads=2"],
+     "data.encoding=utf-16", "data.path=", "data.sha256=" + "ab" * 32, "ckpt_path=last", "threads=2",
+     "callbacks.early_stopping.patience=3", "callbacks.early_stopping.min_delta=0.01",
+     "callbacks.early_stopping.monitor=loss/val_bpc", "callbacks=minimal callbacks.early_stopping.patience=1",
+     "callbacks=none", "callbacks.early_stopping=null"],
 )
 def test_good_values_pass(tmp_path, override):
-    assert config_problems(compose(override, output_dir=tmp_path)) == []
+    assert config_problems(compose(*override.split(), output_dir=tmp_path)) == []
 
 
 @pytest.mark.parametrize("preset", [f"experiment={n}" for n in EXPERIMENTS] + [f"debug={n}" for n in DEBUGS]

@@ -1,10 +1,18 @@
-"""Sweeps and scale-out: a multirun with a bad job, its summary, Optuna, DDP on 2 CPU processes,
-and the accelerator / cluster configs that cannot run here but must compose."""
+"""Sweeps and scale-out: a multirun with a bad job, its summary (also of a sweep still running or
+killed), Optuna, DDP on 2 CPU processes, and the accelerator / cluster configs that cannot run here
+but must compose."""
 
 import csv
 import json
 import math
+import os
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -17,6 +25,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.run_folder import original_overrides
+from tinylm.sweep_jobs import expected_jobs, job_status
 from tinylm.sweep_report import main as report_main
 from tinylm.training import build_datamodule
 
@@ -61,6 +71,13 @@ def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep
 
     done = {name: metrics_of(jobs[name]) for name in ("0", "1", "2")}
     assert all(m["steps"] == 4 and math.isfinite(m["val_loss"]) and m["tokens_per_second"] > 0 for m in done.values())
+    # one validation, at the last step: the best is the final one
+    assert all((m["best_val_loss"], m["best_step"]) == (m["val_loss"], 4) for m in done.values())
+    assert {name: job_status(folder) for name, folder in jobs.items()} == {
+        "0": "finished", "1": "finished", "2": "finished", "3": "failed"}
+    assert not list(sweep.rglob("running.json"))  # every job removed its marker
+    # the jobs the sweep defines, expanded from its multirun.yaml as Hydra expanded them
+    assert expected_jobs(sweep) == {name: original_overrides(folder) for name, folder in jobs.items()}
     # heads split the width, they add no weights: 24 wide costs the same with 2 or 3 heads
     assert done["0"]["num_params"] == done["1"]["num_params"] < done["2"]["num_params"]
     # TensorBoard's HParams view gets the same final numbers, in runs named by the swept settings
@@ -71,6 +88,8 @@ def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep
         events = EventAccumulator(str(jobs[name] / "tensorboard" / names[name]))
         events.Reload()
         assert events.Scalars("summary/val_loss")[-1].value == pytest.approx(metrics["val_loss"])
+        assert events.Scalars("summary/best_val_loss")[-1].value == pytest.approx(metrics["best_val_loss"])
+        assert events.Scalars("summary/best_step")[-1].value == 4
         # its HParams columns: what the command line chose (the swept settings first), and the seed
         session = plugin_data_pb2.HParamsPluginData.FromString(
             events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
@@ -85,23 +104,26 @@ def test_sweep_report_tables_and_plots_the_grid(grid_sweep, capsys):
 
     rows = read_csv(sweep / "summary.csv")
     assert [r["job"] for r in rows][-1] == "3"  # the failed job last
-    losses = [float(r["val_loss"]) for r in rows[:3]]
+    losses = [float(r["best_val_loss"]) for r in rows[:3]]
     assert losses == sorted(losses)
     for row in rows[:3]:
-        assert float(row["val_loss"]) == pytest.approx(metrics_of(sweep / row["job"])["val_loss"])
-        assert row["status"] == "ok"
+        metrics = metrics_of(sweep / row["job"])
+        assert float(row["best_val_loss"]) == pytest.approx(metrics["best_val_loss"])
+        assert float(row["val_loss"]) == pytest.approx(metrics["val_loss"]) and row["best_step"] == "4"
+        assert row["status"] == "finished"
     assert [r["rank"] for r in rows] == ["1", "2", "3", "4"]
     assert {k for k in rows[0] if k.startswith("model.")} == {"model.n_embd", "model.num_heads"}  # only swept keys
-    assert (rows[3]["model.n_embd"], rows[3]["model.num_heads"], rows[3]["status"]) == ("32", "3", "error")
-    assert rows[3]["error"].startswith("invalid config: model.n_embd=32 is not divisible")
+    assert (rows[3]["model.n_embd"], rows[3]["model.num_heads"], rows[3]["status"]) == ("32", "3", "failed")
+    assert rows[3]["note"].startswith("invalid config: model.n_embd=32 is not divisible")
 
     markdown = (sweep / "summary.md").read_text(encoding="utf-8")
     assert markdown in printed
+    assert "Jobs: 3 finished, 1 failed" in markdown
     table = [line for line in markdown.splitlines() if line.startswith("|")]
     assert len(table) == 2 + 4  # header, rule, one line per job
     assert "`trainer.max_steps=4`" in markdown  # shared settings listed once, above the table
     best = rows[0]
-    assert table[2].split("|")[2].strip() == best["job"] and f"{float(best['val_loss']):.4f}" in table[2]
+    assert table[2].split("|")[2].strip() == best["job"] and f"{float(best['best_val_loss']):.4f}" in table[2]
 
     png = (sweep / "val_loss_vs_params.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
@@ -117,25 +139,33 @@ def write_job(sweep, name, overrides, metrics=None, error=None):
         (job / "error.txt").write_text(error + "\n")
 
 
-def test_sweep_report_ranks_unfinished_and_failed_jobs_last(tmp_path, capsys):
+def test_sweep_report_ranks_by_best_val_loss_and_unfinished_and_failed_jobs_last(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     base = {"num_params": 1000, "val_bpc": 1.0, "tokens_per_second": 1.0, "wall_seconds": 1.0, "steps": 5}
-    write_job(sweep, "0", ["optim.lr=0.1", "seed=1"], {**base, "val_loss": float("nan")})
+    write_job(sweep, "0", ["optim.lr=0.1", "seed=1"], {**base, "val_loss": None, "best_val_loss": None})
     write_job(sweep, "1", ["optim.lr=0.01", "seed=1"], {**base, "val_loss": 2.5, "interrupted": True})
     write_job(sweep, "2", ["optim.lr=0.001", "seed=1"], error="bad | value: fix it")
-    write_job(sweep, "3", ["optim.lr=0.0001", "seed=1"])  # still running: no metrics yet
-    write_job(sweep, "10", ["optim.lr=0.00123456789", "seed=1"], {**base, "val_loss": 1.5, "num_params": 10_000})
+    write_job(sweep, "3", ["optim.lr=0.0001", "seed=1"])  # only Hydra's record: not started yet
+    write_job(sweep, "10", ["optim.lr=0.00123456789", "seed=1"],
+              {**base, "val_loss": 1.6, "best_val_loss": 1.4, "best_step": 300, "num_params": 10_000})
+    # the lower final val loss, but the higher best: ranked second
+    write_job(sweep, "11", ["optim.lr=0.005", "seed=1"],
+              {**base, "val_loss": 1.5, "best_val_loss": 1.45, "best_step": 500, "stopped_early": True})
     (sweep / "val_loss_vs_params.png").write_bytes(b"stale")
     assert report_main([str(sweep)]) == 0
     rows = read_csv(sweep / "summary.csv")
-    assert [(r["job"], r["status"]) for r in rows] == [
-        ("10", "ok"), ("1", "interrupted"), ("0", "no val loss (diverged, or never validated)"), ("2", "error"),
-        ("3", "no metrics (running, or crashed)")]
+    assert [(r["job"], r["status"], r["note"]) for r in rows] == [
+        ("10", "finished", ""), ("11", "finished", "stopped early"),
+        ("1", "interrupted", ""),  # metrics.json older than best_val_loss: ranked by its final val loss
+        ("0", "finished", "no val loss (never validated)"), ("2", "failed", "bad | value: fix it"),
+        ("3", "not started", "")]
+    assert [r["best_step"] for r in rows[:2]] == ["300", "500"]
     assert [k for k in rows[0] if k not in ("rank", "job")][0] == "optim.lr"  # seed is shared, not a column
     markdown = (sweep / "summary.md").read_text()
     assert "bad \\| value: fix it" in markdown  # a | in an error cannot break the table
     assert "| 0.001235 " in markdown and "0.00123456789" not in markdown  # long decimals shortened
     assert "Settings shared by every job: `seed=1`" in markdown
+    assert "Jobs: 3 finished, 1 interrupted, 1 failed, 1 not started" in markdown
     assert (sweep / "val_loss_vs_params.png").read_bytes().startswith(PNG_MAGIC)  # redrawn
 
 
@@ -164,16 +194,131 @@ def test_sweep_report_lists_corrupt_metrics_as_unreadable_and_null_val_loss_as_u
     assert report_main([str(sweep)]) == 0
     out = capsys.readouterr().out
     rows = read_csv(sweep / "summary.csv")
-    assert [(r["job"], r["status"]) for r in rows[:3]] == [("11", "ok"), ("12", "ok"), ("0", "ok")]
+    assert [(r["job"], r["status"]) for r in rows[:3]] == [("11", "finished"), ("12", "finished"), ("0", "finished")]
     assert [float(r["val_loss"]) for r in rows[:3]] == [1.5, 1.8, 2.0]
-    assert [(r["job"], r["status"], r["error"]) for r in rows[3:]] == [
+    assert [(r["job"], r["status"], r["note"]) for r in rows[3:]] == [
         *[(name, "unreadable metrics.json", why) for name, (_, why) in corrupt.items()],
-        ("10", "no val loss (diverged, or never validated)", ""),
+        ("10", "finished", "no val loss (never validated)"),
     ]
     assert all(r["val_loss"] == "" for r in rows[3:])
     (line,) = [line for line in out.splitlines() if "an array instead of an object" in line]
     assert re.search(r"\| 2 +\| .*\| unreadable metrics.json +\| an array instead of an object +\|$", line)
     assert (sweep / "val_loss_vs_params.png").read_bytes().startswith(PNG_MAGIC)  # jobs 11 and 0
+
+
+def dead_pid():
+    """The id of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_job_status_reads_what_the_job_left_in_its_folder(tmp_path):
+    def job(name, marker=None, metrics=None, error=False, checkpoint=False):
+        folder = tmp_path / name
+        (folder / ".hydra").mkdir(parents=True)
+        if marker is not None:
+            (folder / "running.json").write_text(json.dumps({"host": socket.gethostname(), "started": time.time(),
+                                                             **marker}))
+        if metrics is not None:
+            (folder / "metrics.json").write_text(metrics if isinstance(metrics, str) else json.dumps(metrics))
+        if error:
+            (folder / "error.txt").write_text("invalid config: ...\n")
+        if checkpoint:
+            (folder / "checkpoints").mkdir()
+            (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+        return job_status(folder)
+
+    me, gone = {"pid": os.getpid()}, {"pid": dead_pid()}
+    assert job(".hydra only") == "not started"
+    assert job("done", metrics={"val_loss": 2.0, "interrupted": False}) == "finished"
+    assert job("stopped early", metrics={"val_loss": 2.0, "stopped_early": True}, checkpoint=True) == "finished"
+    assert job("ctrl-c", metrics={"val_loss": 2.0, "interrupted": True}, checkpoint=True) == "interrupted"
+    assert job("refused", error=True) == "failed"
+    assert job("diverged", error=True, checkpoint=True) == "failed"
+    assert job("training", marker=me, checkpoint=True) == "running"
+    # a job resumed in its folder runs again: its earlier metrics.json does not make it finished
+    assert job("resumed", marker=me, metrics={"val_loss": 2.0}, checkpoint=True) == "running"
+    assert job("remote", marker={"pid": gone["pid"], "host": "another-host"}) == "running"  # cannot check: running
+    # kill -9 leaves the marker behind: the job is not running
+    assert job("killed", marker=gone, checkpoint=True) == "interrupted"
+    assert job("killed early", marker=gone) == "failed"
+    assert job("killed resume", marker=gone, metrics={"val_loss": 2.0}, checkpoint=True) == "interrupted"
+    # a pid in use again, by a process that started after the marker was written
+    assert job("pid reused", marker={"pid": os.getpid(), "started": 0.0}) == "failed"
+    assert job("damaged marker", metrics={"val_loss": 2.0}) == "finished"
+    (tmp_path / "damaged marker" / "running.json").write_text("{")
+    assert job_status(tmp_path / "damaged marker") == "finished"
+    assert job("unreadable", metrics="{", checkpoint=True) == "interrupted"
+    assert job("unreadable early", metrics="[]") == "failed"
+
+
+def test_sweep_report_lists_the_jobs_the_sweep_has_not_reached_as_missing(grid_sweep, tmp_path, capsys):
+    sweep = tmp_path / "partial"
+    shutil.copytree(grid_sweep[0], sweep)
+    shutil.rmtree(sweep / "2")
+    shutil.rmtree(sweep / "3")
+    (sweep / "1" / "metrics.json").unlink()  # job 1 is training: its marker names this (live) process
+    (sweep / "1" / "running.json").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                          "started": time.time()}))
+    assert report_main([str(sweep)]) == 0
+    rows = read_csv(sweep / "summary.csv")
+    assert [(r["job"], r["model.n_embd"], r["model.num_heads"], r["status"]) for r in rows] == [
+        ("0", "24", "2", "finished"), ("1", "24", "3", "running"), ("2", "32", "2", "missing"),
+        ("3", "32", "3", "missing")]
+    assert rows[1]["note"].startswith(f"pid {os.getpid()} on {socket.gethostname()}, since ")
+    assert "Jobs: 2 missing, 1 finished, 1 running" in capsys.readouterr().out
+    # an Optuna search writes no multirun.yaml: it has no fixed list of jobs, and nothing is missing
+    (sweep / "multirun.yaml").unlink()
+    assert expected_jobs(sweep) is None
+    assert report_main([str(sweep)]) == 0
+    assert [r["job"] for r in read_csv(sweep / "summary.csv")] == ["0", "1"]
+
+
+def start_sweep(sweep, *overrides):
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", f"hydra.sweep.dir={sweep}", *overrides]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def statuses(sweep):
+    assert report_main([str(sweep)]) == 0
+    return [(r["job"], r["status"]) for r in read_csv(sweep / "summary.csv")]
+
+
+@pytest.mark.slow
+def test_sweep_report_while_the_sweep_runs_and_after_it_was_killed(tmp_path, tiny_text_file, capsys):
+    sweep = tmp_path / "sweep"
+    proc = start_sweep(sweep, *TINY, "logger=none", f"data.path={tiny_text_file}", "trainer.max_steps=1000000",
+                       "trainer.val_check_interval=5", "model.n_embd=16,24", "seed=1,2")
+    last = sweep / "0" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 120
+    while not last.exists():  # job 0 has validated once
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    marker = json.loads((sweep / "0" / "running.json").read_text())
+    assert (marker["pid"], marker["host"]) == (proc.pid, socket.gethostname())
+    assert statuses(sweep) == [("0", "running"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert statuses(sweep) == [("0", "interrupted"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
+    assert read_csv(sweep / "summary.csv")[0]["note"] == "killed; resumable from checkpoints/last.ckpt"
+    assert (sweep / "0" / "running.json").exists()  # what told the killed job from a running one
+
+
+@pytest.mark.slow
+def test_a_sweep_job_that_crashes_is_recorded_as_failed(tmp_path, tiny_text_file):
+    """Not bad input but a crash (here a callback that does not exist; on a GPU, say, out of memory):
+    Hydra's report of the exception stops the sweep as before, and the job's folder says that it failed."""
+    sweep = tmp_path / "sweep"
+    proc = run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY, f"data.path={tiny_text_file}",
+                     "trainer.max_steps=2", "+callbacks.broken._target_=no.such.Callback", "seed=1,2", check=False)
+    assert proc.returncode != 0 and "Error executing job with overrides" in proc.stderr
+    assert (sweep / "0" / "error.txt").read_text().startswith("InstantiationException: Error locating target "
+                                                               "'no.such.Callback'")
+    assert not (sweep / "0" / "running.json").exists()
+    assert job_status(sweep / "0") == "failed" and expected_jobs(sweep).keys() == {"0", "1"}
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty"])
@@ -197,7 +342,7 @@ def test_optuna_search_runs_trials_and_keeps_the_best(tmp_path, tiny_text_file):
               "model.n_embd=choice(16,32)", "model.num_layers=1")
     trials = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in trials] == ["0", "1", "2"]
-    losses = [metrics_of(p)["val_loss"] for p in trials]
+    losses = [metrics_of(p)["best_val_loss"] for p in trials]  # what the search minimises
     result = OmegaConf.load(sweep / "optimization_results.yaml")
     assert result.best_value == pytest.approx(min(losses))
     for trial in trials:  # each trial's settings come from the search space
@@ -207,6 +352,33 @@ def test_optuna_search_runs_trials_and_keeps_the_best(tmp_path, tiny_text_file):
         assert chosen["model.n_embd"] in ("16", "32") and chosen["model.num_layers"] == "1"
         assert metrics_of(trial)["num_params"] == (4741 if chosen["model.n_embd"] == "16" else 15589)
     assert set(result.best_params) == {"optim.lr", "model.n_embd", "model.dropout"}
+
+
+def test_optuna_search_records_failed_trials_as_the_worst_and_goes_on(tmp_path, tiny_text_file):
+    """An invalid config (lr 0) and a diverging loss (lr 1e12) fail their trial alone: Optuna gets +inf
+    for it (a NaN would stop the search) and runs every trial; the report lists them as failed."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "sweep"
+    tiny = [o for o in TINY if not o.startswith("model.n_embd=")]
+    # sampler seed 1 asks for 1e12, 0.003, 0: each outcome once
+    proc = run_train(tmp_path / "unused", "hparams_search=optuna", f"hydra.sweep.dir={sweep}",
+                     "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.seed=1", *tiny, f"data.path={tiny_text_file}",
+                     "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2", "model.n_embd=16",
+                     "model.num_layers=1", "model.dropout=0.0", "optim.lr=choice(0.003,1e12,0)")
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2
+    assert "error: job 0" in errors[0] and "training diverged; lower optim.lr (now 1e+12)" in errors[0]
+    assert errors[1].startswith(f"error: job 2 ({sweep / '2'}): invalid config: optim.lr=0 must be a positive number")
+    assert [p.name for p in sorted(sweep.iterdir()) if p.is_dir()] == ["0", "1", "2"]
+    result = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert result.best_params == {"optim.lr": 0.003}
+    assert result.best_value == pytest.approx(metrics_of(sweep / "1")["best_val_loss"])
+    assert [job_status(sweep / name) for name in ("0", "1", "2")] == ["failed", "finished", "failed"]
+    assert report_main([str(sweep)]) == 0
+    rows = read_csv(sweep / "summary.csv")
+    assert [(r["job"], r["status"]) for r in rows] == [("1", "finished"), ("0", "failed"), ("2", "failed")]
+    assert rows[1]["note"].startswith("training loss became nan at step 1: training diverged")
 
 
 def val_loss_of(run):

@@ -2,8 +2,8 @@
 
 Hydra already rejects unknown keys (the config is in struct mode) but accepts any value: whatever
 it parses from the command line (a string, int, float, bool, list or null). This module checks
-every value of the top level and of the ``data``, ``optim`` and ``trainer`` groups against a
-small typed rule (``RULES``), every key added with ``+`` against what uses it, and the model with
+every value of the top level, of the ``data``, ``optim`` and ``trainer`` groups and of early stopping
+against a small typed rule (``RULES``), every key added with ``+`` against what uses it, and the model with
 ``tinylm.models.model_config_problems``, so a bad value is one line, not a traceback from deep inside
 Lightning, numpy or torch.
 """
@@ -112,6 +112,10 @@ def file_name(v) -> str | None:
     return None if isinstance(v, str) or _is_int(v) else "must be a file path"
 
 
+def at_validation(v) -> str | None:
+    return None if v is False else "must be false: training is one endless epoch, so check at each validation"
+
+
 PRECISIONS = [p for literal in typing.get_args(_PRECISION_INPUT) for p in typing.get_args(literal)]
 
 RULES: dict[str, Rule] = {
@@ -156,6 +160,11 @@ RULES: dict[str, Rule] = {
     "trainer.overfit_batches": batches,
     "trainer.limit_train_batches": batches,
     "trainer.limit_val_batches": batches,
+    # EarlyStopping's arguments train.py takes; early stopping is off while patience is null
+    "callbacks.early_stopping.monitor": one_of("loss/val", "loss/val_bpc"),
+    "callbacks.early_stopping.patience": nullable(integer()),
+    "callbacks.early_stopping.min_delta": number(0),
+    "callbacks.early_stopping.check_on_train_epoch_end": at_validation,
 }
 # Trainer arguments passed through untouched (Lightning checks them); train.py sets these three itself.
 TRAINER_ARGS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
@@ -177,15 +186,20 @@ def devices_problem(trainer: DictConfig) -> str | None:
 
 
 def unknown_keys(cfg: DictConfig) -> list[str]:
-    """Keys added with ``+`` that nothing reads (data, optim) or that the Trainer does not take.
+    """Keys added with ``+`` that nothing reads (data, optim, early stopping) or that the Trainer does not take.
 
-    Every data and optim key has a rule; trainer.devices is checked by ``devices_problem``.
+    Every data, optim and early-stopping key has a rule; trainer.devices is checked by ``devices_problem``.
     """
     problems = [f"{group}.{key} is unknown: remove it (the {group} settings are in conf/{group}/)"
                 for group in ("data", "optim") for key in cfg[group]
                 if key != "_target_" and f"{group}.{key}" not in RULES]
     problems += [f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
                  for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS]
+    stopping = OmegaConf.select(cfg, "callbacks.early_stopping", default=None)
+    if isinstance(stopping, DictConfig):
+        problems += [f"callbacks.early_stopping.{key} is unknown: remove it (early stopping takes monitor, patience, "
+                     "min_delta and check_on_train_epoch_end; see conf/callbacks/default.yaml)"
+                     for key in stopping if key != "_target_" and f"callbacks.early_stopping.{key}" not in RULES]
     return problems
 
 

@@ -57,6 +57,10 @@ class LitLanguageModel(L.LightningModule):
         self.tokenizer_state = tokenizer
         self.chars_per_token = chars_per_token
         self.start_step = 0
+        # the lowest loss/val so far and the step it was reached at (the first, on a tie, as
+        # ModelCheckpoint's best-stepNNNNNN.ckpt); saved in checkpoints, so a resume keeps it
+        self.best_val_loss = math.inf
+        self.best_step: int | None = None
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
@@ -83,6 +87,12 @@ class LitLanguageModel(L.LightningModule):
         self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
         self.log("loss/val", loss, prog_bar=True, sync_dist=True)
         self.log("loss/val_bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        # loss/val is the mean over the validation batches here; checkpoints are saved after this hook
+        loss = self.trainer.callback_metrics.get("loss/val")
+        if not self.trainer.sanity_checking and loss is not None and float(loss) < self.best_val_loss:
+            self.best_val_loss, self.best_step = float(loss), self.global_step
 
     def configure_optimizers(self):
         hp = self.hparams
@@ -116,10 +126,13 @@ class LitLanguageModel(L.LightningModule):
         checkpoint["tokenizer"] = self.tokenizer_state
         # dropout's random state, so a resumed run draws the same masks as an uninterrupted one
         checkpoint["torch_rng_state"] = torch.get_rng_state()
+        checkpoint["best_val"] = {"loss": self.best_val_loss, "step": self.best_step}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "torch_rng_state" in checkpoint:
             self._resume_rng_state = checkpoint["torch_rng_state"]
+        if "best_val" in checkpoint:  # not in checkpoints of release 0.1: the best then starts afresh
+            self.best_val_loss, self.best_step = checkpoint["best_val"]["loss"], checkpoint["best_val"]["step"]
 
     def on_train_start(self) -> None:
         self.start_step = self.global_step  # > 0 when resuming

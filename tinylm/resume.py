@@ -27,7 +27,7 @@ from hydra.errors import HydraException
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import HYDRA_DIR, original_overrides
+from tinylm.run_folder import HYDRA_DIR, composed_log_dir, original_overrides
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
@@ -80,14 +80,6 @@ def latest_last_checkpoint(log_dir: str | Path) -> Path:
             "train first with `python train.py`, or pass ckpt_path=FILE"
         )
     return max(found, key=lambda p: p.stat().st_mtime)
-
-
-def composed_log_dir(conf_dir: Path, overrides: list[str]) -> str:
-    """``paths.log_dir`` as the training config composes it with these overrides."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        return str(compose("train", overrides=overrides).paths.log_dir)
 
 
 def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:

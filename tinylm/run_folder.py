@@ -45,3 +45,11 @@ def original_overrides(run_dir: Path) -> list[str] | None:
     """The overrides a run folder was started with (its ``.hydra/overrides.yaml``), None if absent."""
     record = Path(run_dir) / HYDRA_DIR / "overrides.yaml"
     return [str(o) for o in OmegaConf.load(record)] if record.is_file() else None
+
+
+def composed_log_dir(conf_dir: Path, overrides: list[str]) -> str:
+    """``paths.log_dir`` as the training config composes it with these overrides."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return str(compose("train", overrides=overrides).paths.log_dir)

@@ -1,16 +1,21 @@
-"""Summarise a finished (or running) sweep: one row per job, best val loss first.
+"""Summarise a sweep, finished or still running: one row per job, best val loss first.
 
     python -m tinylm.sweep_report outputs/multirun/2026-11-29_08-00-00
 
 A sweep folder holds one folder per job, and each job leaves behind what this report reads:
-``metrics.json`` (written by ``tinylm.training.train``), ``error.txt`` (a job whose config was
-refused) and ``.hydra/overrides.yaml`` (that job's command-line settings). Only the settings that
-differ between jobs become columns; the ones every job shares are listed once above the table. A
-job whose metrics.json cannot be used (not JSON, not an object, a value of the wrong type) is
-listed as "unreadable metrics.json" with the reason, and one without a val loss (null) last.
+``metrics.json`` (written by ``tinylm.training``), ``error.txt`` (a job that failed),
+``running.json`` (a job that is training) and ``.hydra/overrides.yaml`` (that job's command-line
+settings); ``tinylm.sweep_jobs`` tells from them whether a job is finished, running, interrupted,
+failed or not started. Jobs a grid sweep defines (its ``multirun.yaml``) that have no folder yet are
+listed as missing. Only the settings that differ between jobs become columns; the ones every job
+shares are listed once above the table. A job whose metrics.json cannot be used (not JSON, not an
+object, a value of the wrong type) is listed as "unreadable metrics.json" with the reason.
+
+Jobs are ranked by their best val loss (the lowest of all validations; the final one is shown too):
+finished jobs first, then the others that validated (interrupted, running), then the rest.
 
 Writes into the sweep folder: ``summary.csv`` (raw numbers, for a spreadsheet or pandas),
-``summary.md`` (the table printed here) and ``val_loss_vs_params.png`` (val loss against the
+``summary.md`` (the table printed here) and ``val_loss_vs_params.png`` (best val loss against the
 parameter count, log scale, each point labelled with its job).
 """
 
@@ -18,24 +23,37 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from tinylm.errors import TinyLMError
-from tinylm.plotting import save_png
 from tinylm.run_folder import original_overrides
+from tinylm.sweep_jobs import (
+    ERROR,
+    LAST_CHECKPOINT,
+    MARKER,
+    METRICS,
+    expected_jobs,
+    job_status,
+    read_marker,
+    read_metrics,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # metrics.json fields shown, in column order
-METRICS = ("val_loss", "val_bpc", "num_params", "tokens_per_second", "wall_seconds", "steps")
-FORMATS = {"val_loss": "{:.4f}", "val_bpc": "{:.3f}", "num_params": "{:,}", "tokens_per_second": "{:,.0f}",
-           "wall_seconds": "{:.1f}", "steps": "{}"}
+METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_params", "tokens_per_second",
+                 "wall_seconds", "steps")
+FORMATS = {"best_val_loss": "{:.4f}", "best_step": "{}", "val_loss": "{:.4f}", "val_bpc": "{:.3f}",
+           "num_params": "{:,}", "tokens_per_second": "{:,.0f}", "wall_seconds": "{:.1f}", "steps": "{}"}
 CSV_NAME, MARKDOWN_NAME, PLOT_NAME = "summary.csv", "summary.md", "val_loss_vs_params.png"
+MISSING, UNREADABLE = "missing", "unreadable metrics.json"
 
 
 @dataclass
@@ -45,91 +63,79 @@ class Job:
     name: str  # the folder name: Hydra's job number
     overrides: dict[str, str]  # key -> value, as given on the command line
     metrics: dict | None  # metrics.json, None when missing or unreadable
-    error: str | None  # error.txt's line, None when the job was not refused
-    unreadable: str | None = None  # why metrics.json could not be used, None when it could (or is missing)
+    status: str  # a sweep_jobs.job_status, "missing" (no folder yet) or "unreadable metrics.json"
+    note: str = ""  # error.txt's line, why metrics.json is unreadable, where a running job runs, ...
 
     @property
-    def status(self) -> str:
-        if self.error is not None:
-            return "error"
-        if self.unreadable is not None:
-            return "unreadable metrics.json"
-        if self.metrics is None:
-            return "no metrics (running, or crashed)"
-        if self.metrics.get("interrupted"):
-            return "interrupted"
-        return "ok" if math.isfinite(self.val_loss) else "no val loss (diverged, or never validated)"
-
-    @property
-    def val_loss(self) -> float:
-        value = (self.metrics or {}).get("val_loss")
+    def best_val_loss(self) -> float:
+        """The lowest val loss (a metrics.json older than best_val_loss: the final one); NaN if none."""
+        metrics = self.metrics or {}
+        value = metrics.get("best_val_loss", metrics.get("val_loss"))
         return math.nan if value is None else float(value)
 
 
-def read_overrides(folder: Path) -> dict[str, str]:
-    """``["model.n_embd=32", ...]`` in .hydra/overrides.yaml -> ``{"model.n_embd": "32", ...}``."""
-    pairs = (item.split("=", 1) for item in original_overrides(folder) or [])
+def as_dict(overrides: list[str]) -> dict[str, str]:
+    """``["model.n_embd=32", ...]`` -> ``{"model.n_embd": "32", ...}``."""
+    pairs = (item.split("=", 1) for item in overrides)
     return {pair[0]: pair[1] if len(pair) == 2 else "" for pair in pairs}
 
 
-JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
-              float: "a number", type(None): "null"}
+def note(folder: Path, status: str, metrics: dict | None) -> str:
+    """The one line that says more about a job than its status."""
+    marker = read_marker(folder)
+    if status == "running" and marker is not None:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(marker["started"]))
+        return f"pid {marker['pid']} on {marker['host']}, since {started}"
+    if (folder / ERROR).is_file():
+        return (folder / ERROR).read_text(encoding="utf-8").strip()
+    if marker is not None:  # left behind by a job that was killed
+        return f"killed; resumable from {LAST_CHECKPOINT}" if status == "interrupted" else "killed before a checkpoint"
+    if metrics is not None and metrics.get("stopped_early"):
+        return "stopped early"
+    if status == "finished" and metrics is not None and metrics.get("val_loss") is None:
+        return "no val loss (never validated)"
+    return ""
 
 
-def parse_metrics(text: str) -> dict:
-    """metrics.json's object; ValueError saying what is wrong with it. A missing val loss (null,
-    or the bare NaN of older files) is allowed: the job then ranks with the unfinished ones."""
+def read_job(folder: Path, expected: list[str] | None = None) -> Job:
+    """A job folder's files; a metrics.json that cannot be used makes the job unreadable, not the report.
+    ``expected``: the job's overrides as its sweep defines them, for a folder without a .hydra record."""
+    overrides = original_overrides(folder)
+    overrides = as_dict(overrides if overrides is not None else expected or [])
+    status = job_status(folder)
     try:
-        metrics = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(metrics, dict):
-        raise ValueError(f"{JSON_TYPES[type(metrics)]} instead of an object")
-    for name in METRICS:
-        value = metrics.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise ValueError(f"{name} is {JSON_TYPES[type(value)]}, not a number")
-    interrupted = metrics.get("interrupted")
-    if interrupted is not None and not isinstance(interrupted, bool):
-        raise ValueError(f"interrupted is {JSON_TYPES[type(interrupted)]}, not true or false")
-    return metrics
-
-
-def read_job(folder: Path) -> Job:
-    """A job folder's files; a metrics.json that cannot be used makes the job unreadable, not the report."""
-    metrics_path, error_path = folder / "metrics.json", folder / "error.txt"
-    metrics = unreadable = None
-    if metrics_path.exists():
-        try:
-            metrics = parse_metrics(metrics_path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            unreadable = "not UTF-8 text"
-        except ValueError as e:
-            unreadable = str(e)
-        except OSError as e:
-            unreadable = e.strerror or str(e)
-    error = error_path.read_text(encoding="utf-8").strip() if error_path.exists() else None
-    return Job(folder.name, read_overrides(folder), metrics, error, unreadable)
+        metrics = read_metrics(folder)
+    except ValueError as e:
+        return Job(folder.name, overrides, None, UNREADABLE if status != "running" else status, str(e))
+    return Job(folder.name, overrides, metrics, status, note(folder, status, metrics))
 
 
 def is_job_folder(folder: Path) -> bool:
     return folder.is_dir() and any(
-        (folder / name).exists() for name in (".hydra/overrides.yaml", "metrics.json", "error.txt")
+        (folder / name).exists() for name in (".hydra/overrides.yaml", METRICS, ERROR, MARKER, LAST_CHECKPOINT)
     )
 
 
+def job_order(name: str) -> tuple[bool, int, str]:
+    return not name.isdigit(), int(name) if name.isdigit() else 0, name
+
+
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job folder directly inside ``sweep_dir``, in job-number order."""
+    """Every job folder directly inside ``sweep_dir`` and the jobs its sweep defines without a folder
+    yet (missing), in job-number order."""
     if not sweep_dir.is_dir():
         raise TinyLMError(f"sweep folder not found: {sweep_dir} (give a folder like outputs/multirun/<date>_<time>)")
-    folders = [p for p in sweep_dir.iterdir() if is_job_folder(p)]
-    if not folders:
+    expected = expected_jobs(sweep_dir) or {}
+    folders = {p.name: p for p in sweep_dir.iterdir() if is_job_folder(p) or p.name in expected and p.is_dir()}
+    if not folders and not expected:
         raise TinyLMError(
             f"no job folders in {sweep_dir}: a sweep folder holds one folder per job "
             "(run `python train.py -m ...` and pass its outputs/multirun/<date>_<time> folder)"
         )
-    folders.sort(key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
-    return [read_job(p) for p in folders]
+    jobs = [read_job(folder, expected.get(name)) for name, folder in folders.items()]
+    jobs += [Job(name, as_dict(overrides), None, MISSING) for name, overrides in expected.items()
+             if name not in folders]
+    return sorted(jobs, key=lambda job: job_order(job.name))
 
 
 def split_overrides(jobs: list[Job]) -> tuple[list[str], dict[str, str]]:
@@ -141,16 +147,19 @@ def split_overrides(jobs: list[Job]) -> tuple[list[str], dict[str, str]]:
 
 
 def ranked(jobs: list[Job]) -> list[Job]:
-    """Best val loss first; jobs without a finite val loss (failed, running) last, in job order."""
+    """Best val loss first: finished jobs, then the others that validated (interrupted, running);
+    the jobs without a val loss (failed, not started, missing) last, in job order."""
 
     def key(job: Job) -> tuple[int, float]:
-        return (0, job.val_loss) if math.isfinite(job.val_loss) else (1, 0.0)
+        if not math.isfinite(job.best_val_loss):
+            return 2, 0.0
+        return (0 if job.status == "finished" else 1), job.best_val_loss
 
     return sorted(jobs, key=key)
 
 
 def table_rows(jobs: list[Job], swept: list[str]) -> list[dict]:
-    """One dict per job (raw values), in ranking order: rank, job, swept settings, metrics, status."""
+    """One dict per job (raw values), in ranking order: rank, job, swept settings, metrics, status, note."""
     rows = []
     for rank, job in enumerate(ranked(jobs), start=1):
         metrics = job.metrics or {}
@@ -158,9 +167,9 @@ def table_rows(jobs: list[Job], swept: list[str]) -> list[dict]:
             "rank": rank,
             "job": job.name,
             **{key: job.overrides.get(key, "") for key in swept},
-            **{name: metrics.get(name) for name in METRICS},
+            **{name: metrics.get(name) for name in METRICS_SHOWN},
             "status": job.status,
-            "error": job.error or job.unreadable or "",
+            "note": job.note,
         })
     return rows
 
@@ -182,17 +191,24 @@ def short(value: str) -> str:
 
 
 def cell(name: str, value) -> str:
-    """A table cell: numbers formatted per column, nothing for missing or NaN, ``|`` escaped."""
+    """A table cell: numbers formatted per column, nothing for missing or NaN, ``|`` escaped, one line."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if name in FORMATS:
         return FORMATS[name].format(value)
-    return short(str(value)).replace("|", "\\|")
+    return " ".join(short(str(value)).split()).replace("|", "\\|")
 
 
-def markdown(rows: list[dict], common: dict[str, str], title: str) -> str:
-    """A Markdown table with padded columns, so it reads as well in a terminal as rendered."""
-    columns = [c for c in rows[0] if c != "error" or any(row["error"] for row in rows)]
+def status_counts(jobs: list[Job]) -> str:
+    """'3 finished, 1 running, 2 missing': how far the sweep has got."""
+    counts = Counter(job.status for job in jobs)
+    return ", ".join(f"{n} {status}" for status, n in counts.most_common())
+
+
+def markdown(rows: list[dict], common: dict[str, str], title: str, jobs: str | None = None) -> str:
+    """A Markdown table with padded columns, so it reads as well in a terminal as rendered; ``jobs``:
+    a line on the jobs' statuses above it."""
+    columns = [c for c in rows[0] if c != "note" or any(row["note"] for row in rows)]
     cells = [[cell(c, row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     numeric = [c in FORMATS or c == "rank" for c in columns]
@@ -204,8 +220,8 @@ def markdown(rows: list[dict], common: dict[str, str], title: str) -> str:
     # numbers right-aligned when rendered too: "---:"
     rule = line(["-" * (w - 1) + ":" if num else "-" * w for w, num in zip(widths, numeric, strict=True)])
     shared = " ".join(f"`{k}={v}`" for k, v in common.items()) or "none"
-    return "\n".join([f"# Sweep {title}", "", f"Settings shared by every job: {shared}", "",
-                      line(columns), rule, *(line(r) for r in cells)]) + "\n"
+    head = [f"# Sweep {title}", "", *([f"Jobs: {jobs}", ""] if jobs else []), f"Settings shared by every job: {shared}"]
+    return "\n".join([*head, "", line(columns), rule, *(line(r) for r in cells)]) + "\n"
 
 
 def point_label(job: Job, swept: list[str]) -> str:
@@ -215,14 +231,16 @@ def point_label(job: Job, swept: list[str]) -> str:
 
 
 def plot(jobs: list[Job], swept: list[str], title: str) -> Figure | None:
-    """Val loss against parameter count (log x) for the jobs that finished; None if none did."""
-    done = [j for j in jobs if j.metrics and math.isfinite(j.val_loss) and (j.metrics.get("num_params") or 0) > 0]
+    """Best val loss against parameter count (log x) for the jobs that validated; None if none did."""
+    done = [j for j in jobs if math.isfinite(j.best_val_loss) and (j.metrics.get("num_params") or 0) > 0]
     if not done:
         return None
+    from matplotlib.figure import Figure  # here: a report without a plot starts faster
+
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     params = [j.metrics["num_params"] for j in done]
-    losses = [j.val_loss for j in done]
+    losses = [j.best_val_loss for j in done]
     ax.scatter(params, losses, color="tab:blue", zorder=2)
     ax.set_xscale("log")
     ax.margins(x=0.1, y=0.1)
@@ -235,12 +253,12 @@ def plot(jobs: list[Job], swept: list[str], title: str) -> Figure | None:
                             ha="right" if right_half else "left", fontsize=7)
         label.set_in_layout(False)  # a long label must not squeeze the axes
         same_size_below[x] += 1
-    best = min(done, key=lambda j: j.val_loss)
-    ax.scatter([best.metrics["num_params"]], [best.val_loss], s=120, facecolors="none", edgecolors="tab:red",
-               zorder=3, label=f"best: job {best.name} ({best.val_loss:.4f})")
+    best = min(done, key=lambda j: j.best_val_loss)
+    ax.scatter([best.metrics["num_params"]], [best.best_val_loss], s=120, facecolors="none", edgecolors="tab:red",
+               zorder=3, label=f"best: job {best.name} ({best.best_val_loss:.4f})")
     ax.set_xlabel("parameters (log scale)")
-    ax.set_ylabel("final val loss (nats/token)")
-    ax.set_title(f"sweep {title}: val loss vs model size")
+    ax.set_ylabel("best val loss (nats/token)")
+    ax.set_title(f"sweep {title}: best val loss vs model size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return fig
@@ -254,11 +272,13 @@ def report(sweep_dir: str | Path) -> tuple[str, list[Path]]:
     rows = table_rows(jobs, swept)
     written = [sweep_dir / CSV_NAME, sweep_dir / MARKDOWN_NAME]
     write_csv(rows, written[0])
-    text = markdown(rows, common, sweep_dir.name)
+    text = markdown(rows, common, sweep_dir.name, status_counts(jobs))
     written[1].write_text(text, encoding="utf-8")
     fig = plot(jobs, swept, sweep_dir.name)
     (sweep_dir / PLOT_NAME).unlink(missing_ok=True)  # never leave an earlier report's plot behind
     if fig is not None:
+        from tinylm.plotting import save_png
+
         written.append(save_png(fig, sweep_dir / PLOT_NAME))
     return text, written
 
@@ -266,8 +286,8 @@ def report(sweep_dir: str | Path) -> tuple[str, list[Path]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tinylm.sweep_report",
-        description="Tabulate a sweep's jobs by val loss (printed; summary.csv, summary.md and "
-                    "val_loss_vs_params.png in the sweep folder).",
+        description="Tabulate a sweep's jobs, finished or still running, by best val loss (printed; summary.csv, "
+                    "summary.md and val_loss_vs_params.png in the sweep folder).",
     )
     parser.add_argument("sweep_dir", help="the sweep's folder, e.g. outputs/multirun/2026-11-29_08-00-00")
     args = parser.parse_args(argv)

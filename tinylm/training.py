@@ -7,6 +7,7 @@ import logging
 import math
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -16,8 +17,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.config import validate
@@ -27,6 +29,8 @@ from tinylm.module import LitLanguageModel
 from tinylm.resume import check_resume, record_resume
 from tinylm.run_logs import held_file_logs, log_error_to_files, quiet_lightning
 from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
+from tinylm.sweep_jobs import ERROR, METRICS, running_marker, write_json
+from tinylm.sweep_resume import continue_requeued, mark_stopped, sweep_stopped, thread_share
 
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
@@ -109,7 +113,7 @@ def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int
     print(f"run {output_dir} is already finished: {ckpt_path} is at step {step} and trainer.max_steps={max_steps}, "
           f"so nothing was trained or written. To train it further, resume with more steps, e.g. "
           f"`python train.py ckpt_path={ckpt_path} trainer.max_steps={max(step, max_steps) * 2}`", flush=True)
-    saved = output_dir / "metrics.json"
+    saved = output_dir / METRICS
     return json.loads(saved.read_text()) if saved.is_file() else {}
 
 
@@ -117,15 +121,20 @@ def train(cfg: DictConfig) -> dict:
     """Train as the config says; return the final metrics (also written to metrics.json).
 
     A resume (``ckpt_path``) writes nothing, not even a log line to the run's ``train.log``,
-    until the checkpoint is known to fit the config and to have steps left to train.
+    until the checkpoint is known to fit the config and to have steps left to train. From then until
+    training ends, ``running.json`` in the run folder says that it runs (``tinylm.sweep_jobs``).
     """
     validate(cfg)
     quiet_lightning()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = cfg.threads or thread_share()
+    if threads:  # before the first torch op starts PyTorch's thread pool
+        torch.set_num_threads(threads)
+        if not cfg.threads:
+            log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
+                     "parallel jobs (set threads= to choose)", threads, HydraConfig.get().launcher.n_jobs)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
-    ckpt_path = resolve_path(cfg.ckpt_path)
+    ckpt_path = resolve_path(continue_requeued(cfg))
 
     with held_file_logs(hold=bool(ckpt_path)):
         datamodule = build_datamodule(cfg)
@@ -143,7 +152,14 @@ def train(cfg: DictConfig) -> dict:
              f"{len(datamodule.train_ids) + len(datamodule.val_ids):,}",
              datamodule.tokenizer.vocab_size)
     print(module.model.format_parameter_table())
+    # running.json while training (rank 0): how a sweep report tells a running job from a killed one
+    with running_marker(output_dir) if rank_zero_only.rank == 0 else nullcontext():
+        return fit(cfg, datamodule, module, output_dir, ckpt_path)
 
+
+def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
+        ckpt_path: str | None) -> dict:
+    """Trainer.fit, then metrics.json, the HParams summary and the final log line (rank 0)."""
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
     callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
@@ -151,6 +167,8 @@ def train(cfg: DictConfig) -> dict:
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar it may not show
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    # early stopping is off while its patience is null (conf/callbacks/default.yaml)
+    callbacks = [c for c in callbacks if not (isinstance(c, EarlyStopping) and c.patience is None)]
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
@@ -163,21 +181,31 @@ def train(cfg: DictConfig) -> dict:
     val_loss = float(val_loss) if val_loss is not None else math.nan
     val_bpc = val_loss / math.log(2) / datamodule.val_chars_per_token
     steps = trainer.global_step - module.start_step
+    stopping = trainer.early_stopping_callback
     metrics = {
         "val_loss": finite_or_none(val_loss),
         "val_bpc": finite_or_none(val_bpc),
+        "best_val_loss": finite_or_none(module.best_val_loss),
+        "best_step": module.best_step,
         "num_params": module.model.num_params(),
         "steps": trainer.global_step,
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
         "wall_seconds": wall,
     }
     metrics["interrupted"] = interrupt.interrupted_at is not None
+    # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)
+    metrics["stopped_early"] = bool(stopping and stopping.stopping_reason_message and not metrics["interrupted"]
+                                    and trainer.global_step < cfg.trainer.max_steps)
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
+        write_json(output_dir / METRICS, metrics)
         log_hparams(trainer, cfg, metrics)
-        log.info("final val loss %.4f (%.3f bits/char); run folder %s",
-                 val_loss, val_bpc, output_dir)
+        if metrics["stopped_early"]:
+            log.info("stopped early at step %d of trainer.max_steps=%d: %s did not improve in %d validations",
+                     trainer.global_step, cfg.trainer.max_steps, stopping.monitor, stopping.wait_count)
+        best = metrics["best_val_loss"]
+        best = "" if best is None else f", best {best:.4f} at step {metrics['best_step']}"
+        log.info("final val loss %.4f (%.3f bits/char)%s; run folder %s", val_loss, val_bpc, best, output_dir)
     return metrics
 
 
@@ -198,35 +226,56 @@ def chosen_settings(cfg: DictConfig) -> dict:
 
 
 def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
-    """TensorBoard's HParams tab: the run's chosen settings next to its final val loss and bits/char."""
+    """TensorBoard's HParams tab: the run's chosen settings next to its final and best val loss."""
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             scores = {"summary/val_loss": metrics["val_loss"], "summary/val_bpc": metrics["val_bpc"],
+                      "summary/best_val_loss": metrics["best_val_loss"], "summary/best_step": metrics["best_step"],
                       "summary/num_params": metrics["num_params"]}
             logger.log_hyperparams(chosen_settings(cfg), {k: v for k, v in scores.items() if v is not None})
             # written after fit has closed the logger: flush now, or a run's last events are lost at exit
             logger.finalize("success")
 
 
-def main(cfg: DictConfig) -> float | None:
-    """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit.
+def main(cfg: DictConfig) -> float:
+    """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit. Returns the
+    run's best val loss: what an Optuna search minimises.
 
-    In a sweep (``-m``), a job with bad input reports its error line, writes it to ``error.txt`` in
-    its folder and returns NaN, so the other jobs of the sweep still run. A single new run writes
-    the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
+    In a sweep (``-m``), a job with bad input (a config refused, a loss that diverged) reports its
+    error line, writes it to ``error.txt`` in its folder and returns +inf, so the other jobs of the
+    sweep still run and Optuna records the trial as the worst one (a NaN would stop its search). A job
+    that crashes (a bug, out of memory) writes error.txt too, then stops the sweep as before.
+    A single new run writes the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
     """
+    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if in_sweep and sweep_stopped():  # Ctrl-C stopped the sweep before this job started
+        print(f"job {HydraConfig.get().job.num}: not started, the sweep was stopped", file=sys.stderr, flush=True)
+        return math.nan
     try:
         metrics = train(cfg)
     except TinyLMError as e:
-        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-            output_dir = Path(cfg.paths.output_dir)
-            output_dir.mkdir(parents=True, exist_ok=True)
-            (output_dir / "error.txt").write_text(f"{e}\n")
+        if in_sweep:
+            output_dir = record_failure(cfg, str(e))
             print(f"error: job {HydraConfig.get().job.num} ({output_dir}): {e}", file=sys.stderr, flush=True)
-            return math.nan
+            return math.inf
         if not cfg.ckpt_path:
             log_error_to_files(f"error: {e}")
         raise SystemExit(f"error: {e}") from None
-    if metrics.get("interrupted"):
+    except Exception as e:
+        if in_sweep:  # the job's folder says that it failed; Hydra's report of the exception says where
+            record_failure(cfg, f"{type(e).__name__}: {' '.join(str(e).split())}")
+        raise
+    if metrics.get("interrupted") and in_sweep:  # the sweep stops once every running job has saved
+        mark_stopped(Path(HydraConfig.get().sweep.dir))
+    elif metrics.get("interrupted"):
         raise SystemExit(130)  # like any program stopped by Ctrl-C; last.ckpt is saved
-    return math.nan if metrics.get("val_loss") is None else metrics["val_loss"]
+    best = metrics.get("best_val_loss", metrics.get("val_loss"))  # the run may predate best_val_loss
+    return math.inf if best is None else best
+
+
+def record_failure(cfg: DictConfig, message: str) -> Path:
+    """Write a failed sweep job's line into ``error.txt`` in its folder; return the folder."""
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / ERROR).write_text(f"{message}\n")
+    return output_dir

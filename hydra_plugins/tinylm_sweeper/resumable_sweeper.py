@@ -1,0 +1,44 @@
+"""Hydra's basic sweeper (every combination of the swept values), made resumable for tinylm.
+
+Hydra only loads sweepers from the ``hydra_plugins`` package, so this thin class lives here and
+the logic in ``tinylm.sweep_resume``. conf/hydra/default.yaml makes it the training sweeper:
+``python train.py -m ...`` runs a sweep as Hydra's basic sweeper would, and running the same
+command again with ``hydra.sweep.dir=<that sweep>`` finishes it (see ``tinylm.sweep_resume``).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, Optional  # noqa: UP035 - Hydra reads these annotations at run time
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class ResumableSweeperConf:
+    _target_: str = "hydra_plugins.tinylm_sweeper.resumable_sweeper.ResumableSweeper"
+    max_batch_size: Optional[int] = None  # noqa: UP045 - as Hydra's basic sweeper: None launches all at once
+    params: Optional[Dict[str, str]] = None  # noqa: UP006, UP045
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="tinylm", node=ResumableSweeperConf,
+                             provider="tinylm")
+
+
+class ResumableSweeper(BasicSweeper):
+    def __init__(self, max_batch_size: Optional[int], params: Optional[Dict[str, str]] = None):  # noqa: UP006, UP045
+        super().__init__(max_batch_size=max_batch_size, params=params)
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from tinylm.sweep_resume import ResumingLauncher
+
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.launcher = ResumingLauncher(self.launcher, hydra_context, config)
+
+    def sweep(self, arguments: Sequence[str]) -> Any:
+        from tinylm.sweep_resume import start_sweep, stop_after_interrupt
+
+        start_sweep(self.config)
+        returns = super().sweep(arguments)
+        stop_after_interrupt(self.config)
+        return returns

@@ -1,0 +1,149 @@
+"""Sweeps in parallel (joblib launcher) and sweeps that finish after an interruption: real train.py processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, TINY_MODEL
+
+from tinylm.sweep_resume import thread_share
+
+JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+
+
+def sweep_cmd(sweep_dir: Path, text: Path, *overrides: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *TINY_MODEL,
+            f"data.path={text}", "data.repeat=30", "logger=none", *overrides]
+
+
+def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under ``folder``: its modification time and bytes."""
+    files = (p for p in folder.rglob("*") if p.is_file())
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in files}
+
+
+def weights(path: Path) -> dict:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def metrics(job: Path) -> dict:
+    return json.loads((job / "metrics.json").read_text())
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def step_of(ckpt: Path) -> int:
+    try:
+        return torch.load(ckpt, weights_only=True)["global_step"]
+    except Exception:  # not written yet, or being replaced
+        return -1
+
+
+@pytest.mark.slow
+def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tmp_path, tiny_text_file):
+    sweep = tmp_path / "sweep"
+    # model.num_heads=3 does not divide n_embd=16: that job fails alone, with its own error.txt
+    done = run(sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.num_heads=2,3", "model.num_layers=1,2",
+                         "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard"))
+    assert done.returncode == 0, done.stderr
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    ok = [job for job in jobs if (job / "metrics.json").is_file()]
+    failed = [job for job in jobs if (job / "error.txt").is_file()]
+    assert len(ok) == 2 and len(failed) == 2 and not set(ok) & set(failed)
+    for job in failed:
+        assert "num_heads" in (job / "error.txt").read_text()
+    for job in ok:
+        assert metrics(job)["steps"] == 20
+        assert (job / "checkpoints" / "last.ckpt").is_file()
+        assert list((job / "tensorboard").rglob("events.*"))  # its own TensorBoard run
+        log = (job / "train.log").read_text()
+        cores = len(os.sched_getaffinity(0))
+        assert f"sweep job: {max(1, cores // 2)} thread(s)" in log  # cores // n_jobs
+        assert log.count("final val loss") == 1  # each job's log holds only its own lines
+
+
+def test_thread_share_is_none_outside_a_joblib_sweep():
+    assert thread_share() is None
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_path, tiny_text_file):
+    common = ["model.n_embd=16,24", "trainer.max_steps=200", "trainer.val_check_interval=20"]
+    whole = run(sweep_cmd(tmp_path / "whole", tiny_text_file, *common))
+    assert whole.returncode == 0, whole.stderr
+
+    broken = tmp_path / "logs" / "multirun" / "broken"  # where hydra.sweep.dir=last looks, under paths.log_dir
+    cmd = sweep_cmd(broken, tiny_text_file, *common)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    second = broken / "1" / "checkpoints" / "last.ckpt"
+    wait_for(lambda: step_of(second) >= 40, proc)  # job 0 is done, job 1 is in the middle
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert not (broken / "1" / "metrics.json").exists()
+    finished = snapshot(broken / "0")
+
+    done = run(cmd)  # the same command again: finishes the sweep
+    assert done.returncode == 0, done.stderr
+    assert "1 job(s) finished (kept as they are), 1 interrupted (continue from their last.ckpt), 0 to run" in (
+        done.stdout)
+    assert snapshot(broken / "0") == finished  # not trained again, not touched
+    for job in ("0", "1"):
+        assert metrics(broken / job)["val_loss"] == metrics(tmp_path / "whole" / job)["val_loss"]
+        a = weights(tmp_path / "whole" / job / "checkpoints/last.ckpt")
+        b = weights(broken / job / "checkpoints/last.ckpt")
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert "hydra.sweep.dir" not in (broken / "1" / ".hydra" / "overrides.yaml").read_text()  # its record is kept
+
+    again = run([*cmd[:3], "hydra.sweep.dir=last", *cmd[4:], f"paths.log_dir={tmp_path / 'logs'}"])
+    assert again.returncode == 0, again.stderr
+    assert f"finishing sweep {broken}: 2 job(s) finished" in again.stdout  # nothing left to do
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes_it(tmp_path, tiny_text_file):
+    sweep = tmp_path / "sweep"
+    cmd = sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.n_embd=16,24", "trainer.max_steps=1500",
+                    "trainer.val_check_interval=20")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lasts = [sweep / job / "checkpoints" / "last.ckpt" for job in ("0", "1")]
+    wait_for(lambda: all(p.exists() for p in lasts), proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C: the whole process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert f"hydra.sweep.dir={sweep}" in err and (sweep / "interrupted.txt").is_file()
+    for job in ("0", "1"):
+        saved = metrics(sweep / job)
+        assert saved["interrupted"] is True
+        assert 0 < step_of(sweep / job / "checkpoints" / "last.ckpt") == saved["steps"] < 1500
+
+    other = [*cmd[:-2], "trainer.max_steps=3000", cmd[-1]]
+    refused = run(other)  # not this sweep's own settings: nothing is launched, nothing changes
+    assert refused.returncode != 0 and "holds a run of other settings" in refused.stderr
+    assert metrics(sweep / "0")["interrupted"] is True
+
+    done = run(cmd)
+    assert done.returncode == 0, done.stderr
+    assert "0 job(s) finished (kept as they are), 2 interrupted" in done.stdout
+    assert not (sweep / "interrupted.txt").exists()
+    for job in ("0", "1"):
+        assert metrics(sweep / job)["steps"] == 1500 and metrics(sweep / job)["interrupted"] is False

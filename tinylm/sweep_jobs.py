@@ -1,0 +1,187 @@
+"""What a job folder says about its job: finished, running, interrupted, failed or not started.
+
+A training job leaves these files in its folder (``tinylm.training`` writes them):
+
+- ``running.json`` while it trains: its process id, host and start time. It is removed when the
+  job ends in any way Python sees (done, an error, Ctrl-C); ``kill -9`` or a power cut leave it, and
+  a marker whose process is gone on this host is how a killed job is told from a running one.
+- ``metrics.json`` when training ends (``"interrupted": true`` after a Ctrl-C);
+- ``error.txt`` when a sweep job fails (its one ``error:`` line);
+- ``checkpoints/last.ckpt`` from its first validation on: what an interrupted job resumes from.
+
+``job_status`` reads them; the sweep report and the sweeps that continue an interrupted sweep
+both ask it. ``expected_jobs`` lists the jobs a grid sweep defines, so that the jobs it has not
+reached yet can be listed too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+MARKER, METRICS, ERROR = "running.json", "metrics.json", "error.txt"
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+# metrics.json fields that are numbers (or null), and those that are true or false
+NUMBERS = ("val_loss", "val_bpc", "best_val_loss", "best_step", "num_params", "tokens_per_second",
+           "wall_seconds", "steps")
+FLAGS = ("interrupted", "stopped_early")
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Strict JSON (no NaN), written to a temporary file and renamed: a reader sees all of it or none."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextmanager
+def running_marker(folder: Path) -> Iterator[None]:
+    """``running.json`` in ``folder`` for the duration of the block. A job that runs again is not
+    failed any more: an ``error.txt`` of an earlier attempt is removed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ERROR).unlink(missing_ok=True)
+    write_json(folder / MARKER, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+    try:
+        yield
+    finally:
+        (folder / MARKER).unlink(missing_ok=True)
+
+
+def parse_metrics(text: str) -> dict:
+    """metrics.json's object; ValueError saying what is wrong with it. A missing val loss (null,
+    or the bare NaN of older files) is allowed."""
+    try:
+        metrics = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{JSON_TYPES[type(metrics)]} instead of an object")
+    for name in NUMBERS:
+        value = metrics.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{name} is {JSON_TYPES[type(value)]}, not a number")
+    for name in FLAGS:
+        value = metrics.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{name} is {JSON_TYPES[type(value)]}, not true or false")
+    return metrics
+
+
+def read_metrics(folder: Path) -> dict | None:
+    """A job's metrics.json (None when there is none); ValueError saying why it cannot be used."""
+    path = folder / METRICS
+    if not path.exists():
+        return None
+    try:
+        return parse_metrics(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except OSError as e:
+        raise ValueError(e.strerror or str(e)) from None
+
+
+def read_marker(folder: Path) -> dict | None:
+    """``running.json``: pid, host and start time (Unix time); None when there is none (or it is damaged)."""
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    types = {"pid": int, "host": str, "started": int | float}
+    ok = isinstance(marker, dict) and all(isinstance(marker.get(key), kind) for key, kind in types.items())
+    return marker if ok else None
+
+
+def process_state(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time as Unix time) of process ``pid``, from /proc; None where there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    except (OSError, StopIteration):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (name)": the state is field 3, the start time field 22
+    return fields[0], int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def alive(marker: dict) -> bool:
+    """Whether the process that wrote ``marker`` still runs. On another host this cannot be checked
+    from here: it counts as running. A process that started after the marker was written is
+    another one that got the same pid; a zombie (killed, not yet reaped by its parent) is gone."""
+    if marker["host"] != socket.gethostname():
+        return True
+    try:
+        os.kill(marker["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    state = process_state(marker["pid"])
+    if state is None:
+        return True
+    letter, started = state
+    return letter != "Z" and started <= marker["started"] + 2  # /proc's boot time is in whole seconds
+
+
+def job_status(folder: Path) -> str:
+    """finished, running, interrupted, failed or not started, from the files the job left in ``folder``:
+
+    - running: its ``running.json`` names a process that still runs;
+    - interrupted: stopped by Ctrl-C (metrics.json says so), or killed (a marker left behind, or
+      no usable metrics.json) after it saved ``checkpoints/last.ckpt``: resume it from there;
+    - failed: ``error.txt``, or killed before its first checkpoint;
+    - finished: metrics.json, not interrupted (an early stop is finished too);
+    - not started: none of these files (Hydra's ``.hydra/`` record and a log at most).
+    """
+    marker = read_marker(folder)
+    if marker is not None and alive(marker):
+        return "running"
+    checkpoint = (folder / LAST_CHECKPOINT).is_file()
+    if marker is not None:  # its process died without cleaning up: killed
+        return "interrupted" if checkpoint else "failed"
+    if (folder / ERROR).is_file():
+        return "failed"
+    try:
+        metrics = read_metrics(folder)
+    except ValueError:
+        return "interrupted" if checkpoint else "failed"
+    if metrics is not None:
+        return "interrupted" if metrics.get("interrupted") else "finished"
+    return "interrupted" if checkpoint else "not started"
+
+
+def expected_jobs(sweep_dir: Path) -> dict[str, list[str]] | None:
+    """The jobs a grid sweep defines: folder name (the job number) -> that job's overrides.
+
+    Read from the sweep's ``multirun.yaml`` and expanded as Hydra's BasicSweeper (or a sweeper built
+    on it) expands the command line. None when there is no fixed list: an Optuna search (which
+    writes no multirun.yaml), job folders not named by job number, or a sweep this cannot expand
+    (e.g. ``glob(...)`` over config groups).
+    """
+    try:
+        hydra_cfg = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").hydra, resolve=False)
+        if hydra_cfg["sweep"]["subdir"] != "${hydra.job.num}":
+            return None
+        if not issubclass(get_class(hydra_cfg["sweeper"]["_target_"]), BasicSweeper):
+            return None
+        params = [f"{key}={value}" for key, value in (hydra_cfg["sweeper"].get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides(params + list(hydra_cfg["overrides"]["task"]))
+        (jobs,) = BasicSweeper.split_arguments(overrides, None)
+    except (OSError, KeyError, TypeError, ValueError, ImportError, yaml.YAMLError, HydraException,
+            OmegaConfBaseException):
+        return None
+    return {str(number): overrides for number, overrides in enumerate(jobs)}

@@ -1,0 +1,244 @@
+"""Sweeps that survive interruption, and that share the machine when their jobs run in parallel.
+
+Re-running a sweep's command with ``hydra.sweep.dir=<that sweep>`` (or ``hydra.sweep.dir=last``,
+the newest sweep) finishes it. Before each batch of jobs is launched, ``ResumingLauncher`` looks
+at every job's folder (``tinylm.sweep_jobs.job_status``):
+
+- finished: not launched at all; its folder stays untouched and its result is reported;
+- interrupted (Ctrl-C, or killed: it left ``checkpoints/last.ckpt``): launched with
+  ``ckpt_path=<its last.ckpt>``, continuing exactly as a resumed run does, its ``.hydra`` record kept;
+- failed, not started, or no folder yet: launched as in a new sweep.
+
+A folder that holds a run of other settings than the job's (another command was run into this
+sweep folder), or a job that is still running, stops the re-run before anything is launched.
+
+Ctrl-C in a sweep stops it cleanly with any launcher: each running job saves its ``last.ckpt``
+(``tinylm.safety.GracefulInterrupt``), the sweep records the stop in ``interrupted.txt``, jobs not
+started yet are skipped, and the command exits 130 saying how to finish the sweep. A second
+Ctrl-C aborts at once.
+
+On SLURM a pre-empted job that submitit requeues runs the same job again; ``continue_requeued``
+makes it continue from its own ``last.ckpt`` too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
+from omegaconf import DictConfig, open_dict
+
+from tinylm.cli import quote_values
+from tinylm.errors import TinyLMError
+from tinylm.run_folder import composed_log_dir, original_overrides
+from tinylm.sweep_jobs import job_status, read_metrics
+
+log = logging.getLogger(__name__)
+STOP_FILE = "interrupted.txt"  # in the sweep folder: a Ctrl-C stopped this sweep
+EXIT_INTERRUPTED = 130
+
+
+# --------------------------------------------------------------------------------------------
+# Before Hydra starts: hydra.sweep.dir=last
+
+
+def newest_sweep(argv: list[str], conf_dir: Path) -> list[str]:
+    """``argv`` with ``hydra.sweep.dir=last`` replaced by the newest sweep folder under ``paths.log_dir``."""
+    last = ("hydra.sweep.dir=last", "hydra.sweep.dir='last'")  # as typed, or as quote_values quoted it
+    if not set(last) & set(argv):
+        return argv
+    locators = [a for a in argv[1:] if a.lstrip("+").startswith(("paths.", "paths/"))]
+    multirun = Path(composed_log_dir(conf_dir, locators)) / "multirun"
+    sweeps = [p.parent for p in multirun.glob("*/multirun.yaml")]
+    if not sweeps:
+        raise TinyLMError(f"hydra.sweep.dir=last: there is no sweep under {multirun}; "
+                          "run one with `python train.py -m ...`")
+    newest = max(sweeps, key=lambda p: (p.stat().st_mtime, p.name))
+    print(f"hydra.sweep.dir=last: {newest}", flush=True)
+    return [quote_values([f"hydra.sweep.dir={newest}"], ("hydra.sweep.dir",))[0] if a in last else a for a in argv]
+
+
+# --------------------------------------------------------------------------------------------
+# In the sweep's process: which jobs to launch, and how
+
+
+class ResumingLauncher:
+    """Wraps the sweep's launcher (basic, joblib, SLURM): keeps finished jobs, continues interrupted ones."""
+
+    def __init__(self, launcher, hydra_context, config: DictConfig):
+        self.launcher = launcher
+        self.hydra_context = hydra_context
+        self.config = config
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+
+    def job_folder(self, overrides: Sequence[str], num: int) -> Path:
+        """Where job number ``num`` with these overrides writes (``hydra.sweep.dir``/``hydra.sweep.subdir``)."""
+        job = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(job):
+            job.hydra.job.num = num
+        return self.sweep_dir / str(job.hydra.sweep.subdir)
+
+    def plan(self, job_overrides: Sequence[Sequence[str]], first: int) -> list[tuple[str, Path | None]]:
+        """For each job: ("new" | "keep" | "continue", its folder); None folders in a new sweep folder."""
+        if not any(p.is_dir() for p in self.sweep_dir.glob("*")):
+            return [("new", None)] * len(job_overrides)
+        plan, problems = [], []
+        for num, overrides in enumerate(job_overrides, start=first):
+            folder = self.job_folder(overrides, num)
+            status = job_status(folder)
+            saved = original_overrides(folder)
+            theirs, ours = settings(saved or []) - settings(overrides), settings(overrides) - settings(saved or [])
+            if saved is not None and status != "not started" and (theirs or ours):
+                theirs, ours = " ".join(sorted(theirs)) or "(none)", " ".join(sorted(ours)) or "(none)"
+                problems.append(f"job {num} ({folder}) holds a run of other settings: it has {theirs} "
+                                f"where this command gives {ours}")
+            elif status == "running":
+                problems.append(f"job {num} ({folder}) is still running")
+            plan.append(({"finished": "keep", "interrupted": "continue"}.get(status, "new"), folder))
+        if problems:
+            raise SystemExit(f"error: cannot finish sweep {self.sweep_dir}: {'; '.join(problems)}. Re-run a sweep "
+                             "with its own command line only, once it has stopped; for other settings use a new "
+                             "hydra.sweep.dir")
+        counts = {k: sum(1 for p, _ in plan if p == k) for k in ("keep", "continue", "new")}
+        print(f"finishing sweep {self.sweep_dir}: {counts['keep']} job(s) finished (kept as they are), "
+              f"{counts['continue']} interrupted (continue from their last.ckpt), {counts['new']} to run", flush=True)
+        return plan
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        if (self.sweep_dir / STOP_FILE).is_file():  # stopped by Ctrl-C in an earlier batch of this command
+            return [skipped_job(overrides) for overrides in job_overrides]
+        plan = self.plan(job_overrides, initial_job_idx)
+        returns: list[JobReturn | None] = [None] * len(job_overrides)
+        segment: list[int] = []  # consecutive jobs to launch together, so each keeps its number
+
+        def launch_segment() -> None:
+            if segment:
+                batch = [launch_overrides(job_overrides[i], *plan[i]) for i in segment]
+                with interrupt_stops_the_sweep(self.sweep_dir):
+                    for i, ret in zip(segment, self.launcher.launch(batch, initial_job_idx + segment[0]), strict=True):
+                        returns[i] = ret
+                segment.clear()
+
+        for i, (action, folder) in enumerate(plan):
+            if action == "keep":
+                launch_segment()
+                returns[i] = kept_job(job_overrides[i], folder)
+            else:
+                segment.append(i)
+        launch_segment()
+        return returns
+
+
+def settings(overrides: Sequence[str]) -> set[str]:
+    """What a job's overrides train: all but ``paths.*``, which only say where the folders are."""
+    return {o for o in overrides if not o.lstrip("+~").startswith(("paths.", "paths/", "paths="))}
+
+
+def launch_overrides(overrides: Sequence[str], action: str, folder: Path | None) -> list[str]:
+    """A job's overrides as launched: an interrupted job continues from its last.ckpt, its record kept."""
+    if action != "continue":
+        return list(overrides)
+    ckpt = quote_values([f"ckpt_path={folder / 'checkpoints' / 'last.ckpt'}"], ("ckpt_path",))
+    return [*overrides, *ckpt, "hydra.output_subdir=null"]
+
+
+def kept_job(overrides: Sequence[str], folder: Path) -> JobReturn:
+    """A finished job's result, read from its metrics.json and nothing else: what the job returned
+    when it ran (its best val loss, as ``tinylm.training.main`` returns)."""
+    metrics = read_metrics(folder) or {}
+    best = metrics.get("best_val_loss", metrics.get("val_loss"))
+    print(f"job {folder.name} finished before, kept as it is: best val loss "
+          f"{'n/a' if best is None else f'{best:.4f}'} ({' '.join(overrides)})", flush=True)
+    return JobReturn(overrides=list(overrides), working_dir=str(folder), status=JobStatus.COMPLETED,
+                     _return_value=math.inf if best is None else float(best))
+
+
+def skipped_job(overrides: Sequence[str]) -> JobReturn:
+    return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=math.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# Ctrl-C
+
+
+@contextmanager
+def interrupt_stops_the_sweep(sweep_dir: Path) -> Iterator[None]:
+    """While jobs run: the first Ctrl-C records the stop and lets every running job save its
+    last.ckpt and return (each job gets the signal itself); a second one aborts."""
+
+    def first(signum, frame) -> None:
+        mark_stopped(sweep_dir)
+        print("\nCtrl-C: the running jobs save their last.ckpt and stop; no new job starts "
+              "(Ctrl-C again to abort)", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def mark_stopped(sweep_dir: Path) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / STOP_FILE).write_text(
+        "This sweep was stopped by Ctrl-C. Run its command again with "
+        f"hydra.sweep.dir={sweep_dir} to finish it.\n", encoding="utf-8")
+
+
+def sweep_dir_of_job() -> Path | None:
+    """The sweep folder of the running job, None outside a sweep."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir)
+    return None
+
+
+def sweep_stopped() -> bool:
+    """Inside a sweep job: True once Ctrl-C has stopped the sweep (a job not started yet then skips)."""
+    sweep_dir = sweep_dir_of_job()
+    return sweep_dir is not None and (sweep_dir / STOP_FILE).is_file()
+
+
+def start_sweep(config: DictConfig) -> None:
+    """A sweep that Ctrl-C stopped is being finished: its stop record goes."""
+    (Path(str(config.hydra.sweep.dir)) / STOP_FILE).unlink(missing_ok=True)
+
+
+def stop_after_interrupt(config: DictConfig) -> None:
+    """After the sweep: exit 130 with the command that finishes it, if Ctrl-C stopped it."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    if (sweep_dir / STOP_FILE).is_file():
+        print(f"sweep {sweep_dir} stopped: finish it by running the same command with "
+              f"hydra.sweep.dir={sweep_dir} (or hydra.sweep.dir=last)", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+# --------------------------------------------------------------------------------------------
+# Inside a job
+
+
+def continue_requeued(cfg: DictConfig) -> str | None:
+    """A SLURM job requeued after pre-emption (SLURM_RESTART_COUNT > 0) continues from its own last.ckpt."""
+    if cfg.ckpt_path or int(os.environ.get("SLURM_RESTART_COUNT") or 0) < 1 or sweep_dir_of_job() is None:
+        return cfg.ckpt_path
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    return str(last) if last.is_file() else None
+
+
+def thread_share() -> int | None:
+    """In a sweep under the joblib launcher, an even share of the cores for each job (at least 1)."""
+    if sweep_dir_of_job() is None or "Joblib" not in str(HydraConfig.get().launcher.get("_target_", "")):
+        return None
+    from joblib import effective_n_jobs
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // effective_n_jobs(HydraConfig.get().launcher.n_jobs))
