@@ -3,26 +3,32 @@
     python generate.py prompt="我正在学习" max_new_tokens=200        # newest run's best checkpoint
     python generate.py run_dir=outputs/runs/<time> temperature=0.8 top_k=20 num_samples=3
     python generate.py ckpt_path=path/to/last.ckpt prompt_file=start.txt seed=1 stop="\\n"
+    python generate.py ckpt_path=model.onnx prompt="我正在学习"       # exported by export.py
 
 See conf/generate.yaml for every option. The checkpoint used and the seed go to stderr. Only
-torch, Hydra and tinylm's model/sampling code are imported: no Lightning, so it starts fast.
+torch, Hydra and tinylm's model/sampling code are imported: no Lightning, so it starts fast. An
+ONNX file (a ckpt_path ending in .onnx) runs on ONNX Runtime and numpy, and torch is never
+imported: the same options and output, and with temperature=0 the same text as its checkpoint
+(random draws come from numpy, so a seed gives other samples than the checkpoint does).
 """
 
 import os
 import re
 import secrets
 import sys
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
-from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
-from tinylm.generation import encode_prompt, stream_text, validate_sampling
 from tinylm.textfile import as_lines, read_capped_bytes
+from tinylm.textstream import encode_prompt, validate_sampling
+from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
@@ -71,21 +77,58 @@ def check_options(cfg: DictConfig) -> None:
         raise TinyLMError(f"prompt_max_mib={cfg.prompt_max_mib!r} must be a number > 0 (MiB), e.g. 1")
 
 
-def run(cfg: DictConfig) -> None:
-    check_options(cfg)
+class Sampler(NamedTuple):
+    """A model ready to sample from, on either runtime."""
+
+    path: Path
+    tokenizer: Tokenizer
+    global_step: int | None
+    num_params: int
+    stream_text: Callable[..., Iterator[str]]  # (prompt_ids, max_new_tokens, stop=..., **sampling) -> pieces
+
+
+def is_onnx(cfg: DictConfig) -> bool:
+    return bool(cfg.ckpt_path) and not cfg.run_dir and str(cfg.ckpt_path).lower().endswith(".onnx")
+
+
+def onnx_sampler(cfg: DictConfig, seed: int) -> Sampler:
+    """An exported model on ONNX Runtime: numpy and onnxruntime, never torch."""
+    import numpy as np
+
+    from tinylm.onnx_runtime import load_onnx, stream_text
+
+    model = load_onnx(hydra.utils.to_absolute_path(str(cfg.ckpt_path)), cfg.threads)
+    stream = partial(stream_text, model, model.tokenizer, generator=np.random.default_rng(seed),
+                     use_cache=cfg.use_cache)
+    return Sampler(model.path, model.tokenizer, model.global_step, model.num_params, stream)
+
+
+def torch_sampler(cfg: DictConfig, seed: int) -> Sampler:
+    """A checkpoint on PyTorch."""
+    import torch
+
+    from tinylm.checkpoint import load_model
+    from tinylm.generation import stream_text
+
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    prompt = read_prompt(cfg)
-    path = checkpoint_from_config(cfg)
-    loaded = load_model(path)
-    prompt_ids = encode_prompt(loaded.tokenizer, prompt, cfg.unknown)
-    seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
-    print(f"checkpoint: {path} (step {loaded.global_step}, vocabulary {loaded.tokenizer.vocab_size}"
-          f", {loaded.model.num_params():,} parameters); seed={seed}", file=sys.stderr)
+    loaded = load_model(checkpoint_from_config(cfg))
+    stream = partial(stream_text, loaded.model, loaded.tokenizer, generator=torch.Generator().manual_seed(seed),
+                     use_cache=cfg.use_cache)
+    return Sampler(loaded.path, loaded.tokenizer, loaded.global_step, loaded.model.num_params(), stream)
 
-    generator = torch.Generator().manual_seed(seed)
+
+def run(cfg: DictConfig) -> None:
+    check_options(cfg)
+    prompt = read_prompt(cfg)
+    seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
+    model = (onnx_sampler if is_onnx(cfg) else torch_sampler)(cfg, seed)
+    prompt_ids = encode_prompt(model.tokenizer, prompt, cfg.unknown)
+    print(f"checkpoint: {model.path} (step {model.global_step}, vocabulary {model.tokenizer.vocab_size}"
+          f", {model.num_params:,} parameters); seed={seed}", file=sys.stderr)
+
     stop = unescape(str(cfg.stop)) if cfg.stop not in (None, "") else None
-    shown_prompt = loaded.tokenizer.decode(prompt_ids) if prompt else ""
+    shown_prompt = model.tokenizer.decode(prompt_ids) if prompt else ""
     last = ""  # the last character written: a sample ends its line only if it did not already
 
     def write(text: str) -> None:
@@ -99,11 +142,8 @@ def run(cfg: DictConfig) -> None:
         if i:
             write(("" if last == "\n" else "\n") + "---\n")
         write(shown_prompt)
-        for piece in stream_text(
-            loaded.model, loaded.tokenizer, prompt_ids, cfg.max_new_tokens, stop=stop,
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-            generator=generator, use_cache=cfg.use_cache,
-        ):
+        for piece in model.stream_text(prompt_ids, cfg.max_new_tokens, stop=stop, temperature=cfg.temperature,
+                                       top_k=cfg.top_k, top_p=cfg.top_p):
             write(piece)
     if last != "\n":
         write("\n")

@@ -39,20 +39,18 @@ def test_lightning_and_plain_paths_run_the_same_steps(tmp_path, bf16):
 def test_target_checks_compare_each_figure_with_its_target():
     results = [
         {"bench": "train", "config": "reference", "path": "lightning", "mfu": 0.31, "lightning_vs_plain": 0.94,
-         "lightning_speedup_vs_nanogpt": 1.6},
+         "lightning_speedup_vs_nanogpt": 1.3},
         {"bench": "train", "config": "larger", "path": "lightning", "mfu": 0.44, "lightning_vs_plain": 1.0,
          "lightning_speedup_vs_nanogpt": 1.2},  # the issue sets no speed-up target for the larger size
-        {"bench": "train.py", "data": "tinyshakespeare", "wall_seconds": 10.0, "peak_rss_mib": 900},
-        {"bench": "train.py", "data": "default", "wall_seconds": 20.0, "peak_rss_mib": 451},
+        {"bench": "train.py", "data": "tinyshakespeare", "wall_seconds": 26.0, "peak_rss_mib": 900},
+        {"bench": "train.py", "data": "tinyshakespeare", "wall_seconds": 23.0, "peak_rss_mib": 900},
+        {"bench": "train.py", "data": "default", "wall_seconds": 20.0, "peak_rss_mib": 449},
         {"bench": "nanogpt train.py", "wall_seconds": 30.0},
+        {"bench": "nanogpt train.py", "wall_seconds": 29.0},
     ]
-    met = {c["target"]: c["met"] for c in bench_train.target_checks(results)}
-    assert met == {
-        "reference: MFU >= 30% (Lightning step)": True,
-        "reference: Lightning within 5% of the plain loop": False,
-        "reference: step >= 1.5x as fast as nanoGPT's": True,
-        "larger: MFU >= 45% (Lightning step)": False,
-        "larger: Lightning within 5% of the plain loop": True,
-        "python train.py wall <= 2/3 of nanoGPT's train.py": True,
-        "python train.py peak RSS <= 450 MiB": False,
+    checks = {c["target"]: (c["value"], c["met"]) for c in bench_train.target_checks(results)}
+    assert checks == {  # MFU is no target; the fastest of the runs that took turns count
+        "reference: step >= 1.36x as fast as nanoGPT's (kept)": (1.3, False),
+        "python train.py wall <= 0.8x nanoGPT's train.py": (round(23 / 29, 3), True),
+        "python train.py peak RSS <= 450 MiB": (449, True),
     }

@@ -8,8 +8,9 @@ the same code:
 - ``stream_tokens(model, idx, ...)``: THE loop. Yields the new ids (B,) one step at a time, with
   or without a cache (a GPT's KV cache, an RNN's hidden state).
 - ``generate(model, idx, ...)``: collects the stream into (B, T + n), optionally stopping at ids.
-- ``encode_prompt`` / ``stream_text``: the text side for one sample: prompt -> ids, and decoded
-  pieces ready to print as they arrive, stopping after a given string.
+- ``stream_text``: one sample as decoded pieces ready to print as they arrive, stopping after a
+  given string. The text side (``encode_prompt``, ``text_pieces``, ``validate_sampling``) is in
+  ``tinylm.textstream``, free of torch, shared with ONNX Runtime (``tinylm.onnx_runtime``).
 """
 
 from __future__ import annotations
@@ -22,35 +23,8 @@ from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel
+from tinylm.textstream import encode_prompt, text_pieces, validate_sampling  # noqa: F401 (encode_prompt: re-exported)
 from tinylm.tokenizer import Tokenizer
-
-UNKNOWN_POLICIES = ("error", "skip")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def validate_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0, num_samples=1):
-    """Raise one TinyLMError line for a sampling setting that makes no sense."""
-    if not _is_number(temperature) or not temperature >= 0:  # NaN fails >= too
-        raise TinyLMError(
-            f"temperature={temperature!r} must be a number >= 0: "
-            "use 0 for greedy, 1 for plain sampling"
-        )
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise TinyLMError(f"top_k={top_k!r} must be an integer >= 1: or null to keep every token")
-    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
-        raise TinyLMError(f"top_p={top_p!r} must be in (0, 1]: e.g. 0.9, or null to turn it off")
-    if not _is_int(max_new_tokens) or max_new_tokens < 0:
-        raise TinyLMError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
-    if not _is_int(num_samples) or num_samples < 1:
-        raise TinyLMError(f"num_samples={num_samples!r} must be an integer >= 1")
-
 
 # --------------------------------------------------------------------------------------------
 # One step: logits -> next ids
@@ -228,28 +202,6 @@ def generate(
 # Text in, text out (one sample)
 
 
-def encode_prompt(tokenizer: Tokenizer, prompt: str, unknown: str = "error") -> list[int]:
-    """Prompt text -> ids, dealing with characters outside the vocabulary.
-
-    ``unknown="error"`` refuses them, naming each one; ``"skip"`` drops them. An empty prompt
-    (or one left empty after skipping) starts from a newline when the vocabulary has one (as if
-    at the start of a line of the corpus), else from token 0.
-    """
-    if unknown not in UNKNOWN_POLICIES:
-        raise TinyLMError(f"unknown={unknown!r}: choose one of {', '.join(UNKNOWN_POLICIES)}")
-    missing = tokenizer.unknown(prompt)
-    if missing and unknown == "error":
-        raise TinyLMError(
-            f"the prompt has {len(missing)} character(s) outside the checkpoint's vocabulary "
-            f"of {tokenizer.vocab_size} symbols: {' '.join(repr(c) for c in missing)}: "
-            "remove them or pass unknown=skip"
-        )
-    prompt = "".join(ch for ch in prompt if ch not in missing)
-    if prompt:
-        return tokenizer.encode(prompt)
-    return tokenizer.encode("\n") if not tokenizer.unknown("\n") else [0]
-
-
 def stream_text(
     model: LanguageModel,
     tokenizer: Tokenizer,
@@ -266,21 +218,5 @@ def stream_text(
     """
     device = next(model.parameters()).device
     idx = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, T)
-    pending: list[int] = []  # ids not fully shown yet
-    shown = 0  # characters of decode_piece(pending) already yielded
-    tail = ""  # the last len(stop) - 1 characters yielded, to find a stop string across pieces
-    for next_ids in stream_tokens(model, idx, max_new_tokens, **sampling):
-        pending.append(int(next_ids[0]))
-        decoded = tokenizer.decode_piece(pending)
-        piece, shown = decoded[shown:], len(decoded)
-        if decoded == tokenizer.decode(pending):  # nothing held back: start afresh
-            pending, shown = [], 0
-        if stop:
-            window = tail + piece
-            at = window.find(stop)
-            if at >= 0:
-                yield piece[: at + len(stop) - len(tail)]
-                return
-            tail = window[max(0, len(window) - len(stop) + 1) :] if len(stop) > 1 else ""
-        if piece:
-            yield piece
+    new_ids = (int(next_ids[0]) for next_ids in stream_tokens(model, idx, max_new_tokens, **sampling))
+    yield from text_pieces(tokenizer, new_ids, stop)

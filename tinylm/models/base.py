@@ -52,6 +52,9 @@ class LanguageModel(nn.Module):
     - ``has_attention`` and ``attention_maps(idx)``: per-layer attention weights (a model without
       attention has ``has_attention = False``, and its maps are None)
     - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
+    - ``past_shape(batch_size, length)`` and ``step(idx, past_keys, past_values)``: decoding on plain
+      tensors, what ONNX export traces (``tinylm.onnx_export``); an architecture without a step has
+      ``past_shape`` None and cannot be exported
     """
 
     config: ModelConfig
@@ -63,6 +66,19 @@ class LanguageModel(nn.Module):
     @property
     def context_window(self) -> int | None:
         return self.config.block_size
+
+    def past_shape(self, batch_size: int, length: int) -> tuple[int, ...] | None:
+        """The shape of ``step``'s keys and of its values for ``length`` positions; None: no ``step``."""
+        return None
+
+    def step(self, idx: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor):
+        """``forward`` with the cache as plain tensors in and out, and no other state: one graph for export.
+
+        idx (B, T) continues a text whose P earlier positions (P >= 0) left ``past_keys`` and
+        ``past_values``, each ``past_shape(B, P)``. Returns the logits (B, T, V) and the keys and
+        the values of all P + T positions, each ``past_shape(B, P + T)``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no step: its past_shape is None")
 
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor] | None:
         """Per layer, the attention weights (B, h, T, T) for ``idx`` (B, T); None: no attention."""

@@ -23,12 +23,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tinylm.models.base import LanguageModel, ModelConfig, size_problems
+from tinylm.models.base import LanguageModel, ModelConfig
+from tinylm.models.gpt_checks import gpt_config_problems
 from tinylm.models.ops import Dropout
 from tinylm.models.tracing import trace, tracing
-
-POS_ENCODINGS = ("learned", "sinusoidal", "rope")
-ATTN_IMPLS = ("sdpa", "explicit")
 
 
 @dataclass
@@ -48,29 +46,7 @@ class GPTConfig(ModelConfig):
 
     @classmethod
     def problems(cls, cfg: dict) -> list[str]:
-        problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers"))
-        if cfg.get("arch", "gpt") != "gpt":
-            problems.append(f"model.arch={cfg.get('arch')!r} is not a GPT: use model=gpt")
-        n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
-        if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
-            divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
-            nearest = min(divisors, key=lambda d: (abs(d - heads), -d))
-            problems.append(
-                f"model.n_embd={n_embd} is not divisible by model.num_heads={heads}: use "
-                f"model.num_heads={nearest} or a multiple of {heads} for n_embd (e.g. {heads * -(-n_embd // heads)})"
-            )
-        for key, choices in (("pos_encoding", POS_ENCODINGS), ("attn_impl", ATTN_IMPLS)):
-            if cfg.get(key) not in choices:
-                problems.append(f"model.{key}={cfg.get(key)!r}: choose one of {', '.join(choices)}")
-        if cfg.get("pos_encoding") == "sinusoidal" and isinstance(n_embd, int) and n_embd % 2:
-            problems.append(f"model.n_embd={n_embd} must be even for sinusoidal positions")
-        rope = cfg.get("pos_encoding") == "rope"
-        if rope and isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and (n_embd // heads) % 2:
-            problems.append(
-                f"head size model.n_embd/model.num_heads={n_embd // heads} must be even for rope positions "
-                "(it rotates pairs of channels): change model.n_embd or model.num_heads"
-            )
-        return problems
+        return gpt_config_problems(cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,23 +100,31 @@ class RotaryPositions(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
-# Attention, with a KV cache: keys and values of past positions, one pair of buffers per layer
+# Attention, with a KV cache: keys and values of past positions, one pair of tensors per layer
 
 
 class KVCache:
-    """Pre-allocated keys/values for incremental decoding, (B, h, block_size, hs) per layer.
+    """Keys/values of the positions encoded so far, (B, h, length, hs) per layer: incremental decoding.
 
-    It holds the first block_size positions of a text. Once a text outgrows the block, every kept
-    token moves to a new position and the window is encoded afresh (``tinylm.generation``), with
-    rope too: from the second layer on, cached keys and values depend on tokens that left the window.
+    Each step appends its positions, so it holds at most the first block_size positions of a text.
+    Once a text outgrows the block, every kept token moves to a new position and the window is
+    encoded afresh (``tinylm.generation``), with rope too: from the second layer on, cached keys
+    and values depend on tokens that left the window. ``past``: keys and values (L, B, h, P, hs)
+    of P earlier positions to start from (``GPT.step``); None: P = 0.
     """
 
-    def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32):
-        shape = (batch_size, config.num_heads, config.block_size, config.head_size)
-        layers = range(config.num_layers)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in layers]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in layers]
-        self.length = 0  # number of positions stored
+    def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32, past=None):
+        if past is None:
+            shape = (config.num_layers, batch_size, config.num_heads, 0, config.head_size)  # (L, B, h, 0, hs)
+            past = (torch.zeros(shape, device=device, dtype=dtype),) * 2
+        self.keys, self.values = list(past[0].unbind(0)), list(past[1].unbind(0))  # L x (B, h, P, hs) each
+        self.length = past[0].size(3)  # number of positions stored
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Add k, v (B, h, T, hs) of the next T positions to ``layer``; return all its keys and values."""
+        self.keys[layer] = torch.cat((self.keys[layer], k), dim=2)  # (B, h, length+T, hs)
+        self.values[layer] = torch.cat((self.values[layer], v), dim=2)  # (B, h, length+T, hs)
+        return self.keys[layer], self.values[layer]
 
 
 class CausalSelfAttention(nn.Module):
@@ -166,10 +150,8 @@ class CausalSelfAttention(nn.Module):
     def query_key_value(self, x: torch.Tensor, start: int = 0):
         """x (B, T, C) at positions start .. start+T-1 -> q, k, v (B, h, T, hs), rope applied."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
-        q = q.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
-        k = k.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
-        v = v.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
+        qkv = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q, k, v = (t.view(B, T, self.num_heads, self.head_size).transpose(1, 2) for t in qkv)  # 3 x (B, h, T, hs)
         if self.rotary is not None:  # keys are stored in the cache already rotated
             q, k = self.rotary(q, start), self.rotary(k, start)
         trace("q", q), trace("k", k), trace("v", v)
@@ -181,10 +163,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.query_key_value(x, start)
 
         if cache is not None:  # append this step's keys/values, attend over everything stored
-            cache.keys[layer][:B, :, start : start + T] = k
-            cache.values[layer][:B, :, start : start + T] = v
-            k = cache.keys[layer][:B, :, : start + T]  # (B, h, start+T, hs)
-            v = cache.values[layer][:B, :, : start + T]  # (B, h, start+T, hs)
+            k, v = cache.append(layer, k, v)  # (B, h, start+T, hs) each
         # query i (absolute position start+i) may see keys 0 .. start+i
         mask = self.causal_mask[start : start + T, : start + T]  # (T, start+T)
 
@@ -339,6 +318,16 @@ class GPT(LanguageModel):
 
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
         return KVCache(self.config, batch_size, device=device, dtype=dtype)
+
+    def step(self, idx, past_keys, past_values):
+        # return_attention: the explicit attention, the same ops for any P and T (SDPA branches on them)
+        cache = KVCache(self.config, idx.size(0), past=(past_keys, past_values))
+        logits = self(idx, cache=cache, return_attention=True)[0]  # (B, T, V)
+        return logits, torch.stack(cache.keys), torch.stack(cache.values)  # (L, B, h, P+T, hs) each
+
+    def past_shape(self, batch_size: int, length: int) -> tuple[int, ...]:
+        c = self.config
+        return (c.num_layers, batch_size, c.num_heads, length, c.head_size)  # (L, B, h, P, hs)
 
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Per layer (B, h, T, T): every layer computes softmax(q kᵀ/√hs) itself, even with SDPA."""

@@ -1,0 +1,64 @@
+"""Export a trained checkpoint to one ONNX file that generates without PyTorch:
+
+    python export.py                                      # newest run's best checkpoint, .onnx next to it
+    python export.py ckpt_path=path/to/last.ckpt out=model.onnx
+    python export.py run_dir=outputs/runs/<time>
+    python generate.py ckpt_path=model.onnx prompt="我正在学习"   # ONNX Runtime and numpy only
+
+The file holds the weights, the model config and the tokenizer (as JSON metadata): nothing else is
+needed to sample from it. The graph is one decoding step with the keys and values of earlier
+positions in and out (tinylm/onnx_export.py). The file is checked with onnx.checker and its
+logits compared with PyTorch's before the command reports success. See conf/export.yaml.
+"""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from tinylm.checkpoint import load_model
+from tinylm.cli import checkpoint_from_config, launch, run_command
+from tinylm.errors import TinyLMError
+from tinylm.onnx_export import export_onnx, require_export_packages
+
+# Run folders live under the project folder, wherever the command is launched from.
+os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
+
+PATH_KEYS = ("ckpt_path", "run_dir", "out", "paths.log_dir")
+
+
+def output_path(cfg: DictConfig) -> Path | None:
+    """``out`` as an absolute path (None: next to the checkpoint), refused in one line if unusable."""
+    if cfg.ckpt_path and str(cfg.ckpt_path).lower().endswith(".onnx"):
+        raise TinyLMError(f"ckpt_path={cfg.ckpt_path} is an ONNX file already: pass the .ckpt checkpoint "
+                          "it was exported from")
+    if not cfg.out:
+        return None
+    out = Path(hydra.utils.to_absolute_path(str(cfg.out)))
+    if out.suffix.lower() != ".onnx":
+        raise TinyLMError(f"out={cfg.out} must end in .onnx: generate.py reads a file as ONNX by that name")
+    if out.is_dir():
+        raise TinyLMError(f"out={cfg.out} is a directory: name the file to write, e.g. out={cfg.out}/model.onnx")
+    return out
+
+
+def run(cfg: DictConfig) -> Path:
+    out = output_path(cfg)
+    require_export_packages()
+    path = checkpoint_from_config(cfg)
+    loaded = load_model(path)
+    out = export_onnx(loaded.model, loaded.tokenizer, out or path.with_suffix(".onnx"), loaded.global_step)
+    print(f"exported {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) to {out} "
+          f"({out.stat().st_size / 2**20:.1f} MiB): checked with onnx.checker and ONNX Runtime")
+    print(f"sample from it without PyTorch: python generate.py ckpt_path={out}")
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="export")
+def main(cfg: DictConfig) -> None:
+    run_command(run, cfg)
+
+
+if __name__ == "__main__":
+    launch(main, (), PATH_KEYS)
