@@ -44,11 +44,17 @@ def metrics(job: Path) -> dict:
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Until ``predicate()``; a sweep that fails the wait is killed with its jobs, never left running."""
     deadline = time.monotonic() + timeout
-    while not predicate():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    try:
+        while not predicate():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+    except AssertionError:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
 
 
 def step_of(ckpt: Path) -> int:

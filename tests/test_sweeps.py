@@ -293,15 +293,17 @@ def test_sweep_report_while_the_sweep_runs_and_after_it_was_killed(tmp_path, tin
                        "trainer.val_check_interval=5", "model.n_embd=16,24", "seed=1,2")
     last = sweep / "0" / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 120
-    while not last.exists():  # job 0 has validated once
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    marker = json.loads((sweep / "0" / "running.json").read_text())
-    assert (marker["pid"], marker["host"]) == (proc.pid, socket.gethostname())
-    assert statuses(sweep) == [("0", "running"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        while not last.exists():  # job 0 has validated once
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.1)
+        marker = json.loads((sweep / "0" / "running.json").read_text())
+        assert (marker["pid"], marker["host"]) == (proc.pid, socket.gethostname())
+        assert statuses(sweep) == [("0", "running"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
+    finally:  # a failed check must not leave a sweep of a million steps behind
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     assert statuses(sweep) == [("0", "interrupted"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
     assert read_csv(sweep / "summary.csv")[0]["note"] == "killed; resumable from checkpoints/last.ckpt"
     assert (sweep / "0" / "running.json").exists()  # what told the killed job from a running one
