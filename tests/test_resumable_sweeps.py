@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, TINY_MODEL
+from omegaconf import OmegaConf
 
+from tinylm import sweep_resume
 from tinylm.sweep_resume import thread_share
 
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
@@ -87,6 +89,30 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
         assert f"sweep job: {max(1, cores // 2)} thread(s)" in log  # cores // n_jobs
         assert log.count("final val loss") == 1  # each job's log holds only its own lines
 
+    kept = {job.name: snapshot(job) for job in ok}
+    again = run(sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.num_heads=2,3", "model.num_layers=1,2",
+                          "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard"))
+    assert "2 job(s) finished (kept as they are), 0 interrupted (continue from their last.ckpt), 2 to run" in (
+        again.stdout)  # the failed ones run again (and fail again: their config is still impossible)
+    assert {job.name: snapshot(job) for job in ok} == kept
+    assert all((job / "error.txt").is_file() for job in failed)
+
+
+def test_a_requeued_slurm_job_continues_from_its_own_last_checkpoint(tmp_path, monkeypatch):
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    cfg = OmegaConf.create({"ckpt_path": None, "paths": {"output_dir": str(tmp_path)}})
+    monkeypatch.setattr(sweep_resume, "sweep_dir_of_job", lambda: tmp_path.parent)  # a sweep job
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert sweep_resume.continue_requeued(cfg) is None  # requeued before its first checkpoint: a new start
+    last.parent.mkdir()
+    last.write_bytes(b"")
+    assert sweep_resume.continue_requeued(cfg) == str(last)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # its first run
+    assert sweep_resume.continue_requeued(cfg) is None
+    monkeypatch.setattr(sweep_resume, "sweep_dir_of_job", lambda: None)  # a single run is resumed with ckpt_path
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert sweep_resume.continue_requeued(cfg) is None
+
 
 def test_thread_share_is_none_outside_a_joblib_sweep():
     assert thread_share() is None
@@ -94,7 +120,7 @@ def test_thread_share_is_none_outside_a_joblib_sweep():
 
 @pytest.mark.slow
 def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_path, tiny_text_file):
-    common = ["model.n_embd=16,24", "trainer.max_steps=200", "trainer.val_check_interval=20"]
+    common = ["model.n_embd=16,24,32", "trainer.max_steps=200", "trainer.val_check_interval=20"]
     whole = run(sweep_cmd(tmp_path / "whole", tiny_text_file, *common))
     assert whole.returncode == 0, whole.stderr
 
@@ -106,14 +132,15 @@ def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_pa
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     assert not (broken / "1" / "metrics.json").exists()
+    assert not (broken / "2").exists()  # never started
     finished = snapshot(broken / "0")
 
     done = run(cmd)  # the same command again: finishes the sweep
     assert done.returncode == 0, done.stderr
-    assert "1 job(s) finished (kept as they are), 1 interrupted (continue from their last.ckpt), 0 to run" in (
+    assert "1 job(s) finished (kept as they are), 1 interrupted (continue from their last.ckpt), 1 to run" in (
         done.stdout)
     assert snapshot(broken / "0") == finished  # not trained again, not touched
-    for job in ("0", "1"):
+    for job in ("0", "1", "2"):
         assert metrics(broken / job)["val_loss"] == metrics(tmp_path / "whole" / job)["val_loss"]
         a = weights(tmp_path / "whole" / job / "checkpoints/last.ckpt")
         b = weights(broken / job / "checkpoints/last.ckpt")
@@ -122,7 +149,7 @@ def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_pa
 
     again = run([*cmd[:3], "hydra.sweep.dir=last", *cmd[4:], f"paths.log_dir={tmp_path / 'logs'}"])
     assert again.returncode == 0, again.stderr
-    assert f"finishing sweep {broken}: 2 job(s) finished" in again.stdout  # nothing left to do
+    assert f"finishing sweep {broken}: 3 job(s) finished" in again.stdout  # nothing left to do
 
 
 @pytest.mark.slow
