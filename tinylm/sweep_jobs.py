@@ -176,7 +176,10 @@ def expected_jobs(sweep_dir: Path) -> dict[str, list[str]] | None:
         hydra_cfg = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").hydra, resolve=False)
         if hydra_cfg["sweep"]["subdir"] != "${hydra.job.num}":
             return None
-        if not issubclass(get_class(hydra_cfg["sweeper"]["_target_"]), BasicSweeper):
+        # by name: Hydra's plugin scan may load basic_sweeper again, making a second BasicSweeper class
+        sweeper = get_class(hydra_cfg["sweeper"]["_target_"])
+        basic = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
+        if basic not in {f"{c.__module__}.{c.__qualname__}" for c in sweeper.__mro__}:
             return None
         params = [f"{key}={value}" for key, value in (hydra_cfg["sweeper"].get("params") or {}).items()]
         overrides = OverridesParser.create().parse_overrides(params + list(hydra_cfg["overrides"]["task"]))
