@@ -4,12 +4,17 @@
     python generate.py run_dir=outputs/runs/<time> temperature=0.8 top_k=20 num_samples=3
     python generate.py ckpt_path=path/to/last.ckpt prompt_file=start.txt seed=1 stop="\\n"
     python generate.py ckpt_path=model.onnx prompt="我正在学习"       # exported by export.py
+    python generate.py ckpt_path=numbers.ckpt prompt="三千零五"        # a translation model: 3005
+    python generate.py ckpt_path=numbers.ckpt prompt_file=sources.txt beam_size=4  # one line out per line in
 
 See conf/generate.yaml for every option. The checkpoint used and the seed go to stderr. Only
 torch, Hydra and tinylm's model/sampling code are imported: no Lightning, so it starts fast. An
 ONNX file (a ckpt_path ending in .onnx) runs on ONNX Runtime and numpy, and torch is never
 imported: the same options and output, and with temperature=0 the same text as its checkpoint
 (random draws come from numpy, so a seed gives other samples than the checkpoint does).
+
+A translation model's checkpoint (``model=seq2seq``) translates instead: each line of the prompt
+(or of prompt_file) is one source, and stdout has exactly one translation per line, in order.
 """
 
 import os
@@ -75,6 +80,8 @@ def check_options(cfg: DictConfig) -> None:
         raise TinyLMError(f"use_cache={cfg.use_cache!r} must be true or false")
     if type(cfg.prompt_max_mib) not in (int, float) or not 0 < cfg.prompt_max_mib < float("inf"):
         raise TinyLMError(f"prompt_max_mib={cfg.prompt_max_mib!r} must be a number > 0 (MiB), e.g. 1")
+    if type(cfg.beam_size) is not int or cfg.beam_size < 1:
+        raise TinyLMError(f"beam_size={cfg.beam_size!r} must be an integer >= 1 (1: no beam search)")
 
 
 class Sampler(NamedTuple):
@@ -103,16 +110,23 @@ def onnx_sampler(cfg: DictConfig, seed: int) -> Sampler:
     return Sampler(model.path, model.tokenizer, model.global_step, model.num_params, stream)
 
 
-def torch_sampler(cfg: DictConfig, seed: int) -> Sampler:
-    """A checkpoint on PyTorch."""
+def load_checkpoint(cfg: DictConfig):
+    """The checkpoint's model and tokenizer on PyTorch (``tinylm.checkpoint.LoadedModel``)."""
     import torch
 
     from tinylm.checkpoint import load_model
-    from tinylm.generation import stream_text
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    loaded = load_model(checkpoint_from_config(cfg))
+    return load_model(checkpoint_from_config(cfg))
+
+
+def torch_sampler(cfg: DictConfig, loaded, seed: int) -> Sampler:
+    """A checkpoint on PyTorch."""
+    import torch
+
+    from tinylm.generation import stream_text
+
     stream = partial(stream_text, loaded.model, loaded.tokenizer, generator=torch.Generator().manual_seed(seed),
                      use_cache=cfg.use_cache)
     return Sampler(loaded.path, loaded.tokenizer, loaded.global_step, loaded.model.num_params(), stream)
@@ -122,7 +136,11 @@ def run(cfg: DictConfig) -> None:
     check_options(cfg)
     prompt = read_prompt(cfg)
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
-    model = (onnx_sampler if is_onnx(cfg) else torch_sampler)(cfg, seed)
+    loaded = None if is_onnx(cfg) else load_checkpoint(cfg)
+    if loaded is not None and loaded.model.translates:
+        print_translations(cfg, loaded, prompt, seed)
+        return
+    model = onnx_sampler(cfg, seed) if loaded is None else torch_sampler(cfg, loaded, seed)
     prompt_ids = encode_prompt(model.tokenizer, prompt, cfg.unknown)
     print(f"checkpoint: {model.path} (step {model.global_step}, vocabulary {model.tokenizer.vocab_size}"
           f", {model.num_params:,} parameters); seed={seed}", file=sys.stderr)
@@ -147,6 +165,28 @@ def run(cfg: DictConfig) -> None:
             write(piece)
     if last != "\n":
         write("\n")
+
+
+def print_translations(cfg: DictConfig, loaded, text: str, seed: int) -> None:
+    """A translation model: one translation per line of ``text``, one line each, in order."""
+    import torch
+
+    from tinylm.translation import translate_lines
+
+    if cfg.num_samples != 1:
+        raise TinyLMError(f"num_samples={cfg.num_samples}: a translation model prints one translation per "
+                          "source line; pass num_samples=1 (or sample again with another seed)")
+    sources = text.split("\n")
+    if len(sources) > 1 and sources[-1] == "":  # the final newline of a file ends its last line
+        sources.pop()
+    print(f"checkpoint: {loaded.path} (step {loaded.global_step}, vocabulary {loaded.tokenizer.vocab_size}, "
+          f"{loaded.model.num_params():,} parameters); seed={seed}", file=sys.stderr)
+    translations = translate_lines(loaded.model, loaded.tokenizer, sources, cfg.unknown, cfg.beam_size,
+                                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                                   generator=torch.Generator().manual_seed(seed), use_cache=cfg.use_cache)
+    for translation in translations:
+        sys.stdout.write(printable(translation) + "\n")
+        sys.stdout.flush()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")

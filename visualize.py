@@ -6,6 +6,12 @@
 
 One file per layer, ``attention_layer<N>.png``, with a panel per head: the same figures the
 ``AttentionMaps`` training callback logs to TensorBoard. See conf/visualize.yaml for the options.
+
+For a translation model (``model=seq2seq``) ``text`` is the source: the model translates it, and
+the files are ``cross_attention_layer<N>.png`` (rows: the characters it writes, columns: the
+source characters) and ``encoder_layer<N>.png``, as the ``TranslationMaps`` callback logs them:
+
+    python visualize.py ckpt_path=numbers.ckpt text="三千零五"
 """
 
 import os
@@ -69,8 +75,12 @@ def run(cfg: DictConfig) -> list[Path]:
                       loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
                else path.parent / f"{path.stem}-attention")
-    written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir,
-                                   note=f"{path.name}, step {loaded.global_step}")
+    note = f"{path.name}, step {loaded.global_step}"
+    if loaded.model.translates:
+        figures = plotting.translation_figures(loaded.model, loaded.tokenizer, ids, note=note)
+        written = [plotting.save_png(figure, out_dir / f"{name}.png") for name, figure in figures]
+    else:
+        written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir, note=note)
     for png in written:
         print(png)
     return written

@@ -28,7 +28,13 @@ PROMISES = {
                          "trainer.gradient_clip_val": 1.0, "trainer.val_check_interval": 250},
     "chinese_large": {"data.path": str(ROOT / "data" / "chinese_large.txt"), "data.tokenizer": "char",
                       "model.block_size": 128, "model.n_embd": 256, "model.num_heads": 8, "model.num_layers": 6},
+    "numbers_zh": {"model.arch": "seq2seq", "data._target_": "tinylm.pairs.PairDataModule", "data.path": None,
+                   "data.demo": "numbers_zh", "model.block_size": 8, "model.encoder_layers": 2,
+                   "model.decoder_layers": 2, "trainer.max_steps": 1500,
+                   "callbacks.translation_maps._target_": "tinylm.callbacks.TranslationMaps"},
 }
+# the presets that train on a text file; numbers_zh trains on generated pairs (tests/test_seq2seq.py)
+TEXT_EXPERIMENTS = [name for name in EXPERIMENTS if name != "numbers_zh"]
 
 # One torch thread: a tiny model gains nothing from more, and on a busy machine extra threads spin.
 TINY = [*TINY_MODEL, "threads=1"]
@@ -91,7 +97,7 @@ def read_run(run):
     return ckpt, json.loads((run / "metrics.json").read_text())
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", TEXT_EXPERIMENTS)
 def test_preset_trains_a_few_steps(tmp_path, tiny_text_file, name):
     """Every preset runs end to end on a local file (shakespeare_char downloads nothing)."""
     run = tmp_path / "run"

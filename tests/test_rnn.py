@@ -100,7 +100,7 @@ def test_architecture_choice_and_config_errors(tmp_path):
     assert isinstance(build_model({"vocab_size": 5, "n_embd": 8, "num_heads": 2}), GPT)  # no arch: GPT
     assert isinstance(build_model({"arch": "gpt", "vocab_size": 5, "n_embd": 8, "num_heads": 2}), GPT)
     assert model_config_problems({"arch": "rnn"}) == [
-        "model.arch='rnn': choose one of gpt, lstm, gru (model=gpt or model=lstm)"]
+        "model.arch='rnn': choose one of gpt, lstm, gru, seq2seq (model=gpt, model=lstm or model=seq2seq)"]
     with pytest.raises(ValueError, match="model.arch='transformer'"):
         build_model({"arch": "transformer", "vocab_size": 5})
     cfg = compose("model=lstm", "model.hidden_size=0", "model.dropout=1.5", output_dir=tmp_path)

@@ -23,7 +23,8 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.models import model_config_problems
+from tinylm.models import ARCHITECTURES, model_config_problems
+from tinylm.pairs import DEMOS, PairDataModule
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 
@@ -135,6 +136,10 @@ RULES: dict[str, Rule] = {
     "data.errors": errors_problem,
     "data.url": nullable(text("a URL")),
     "data.sha256": nullable(sha256),
+    "data.demo": one_of(*DEMOS),  # data=pairs without a path: the generated pairs
+    "data.demo_pairs": integer(2),
+    "data.demo_max": integer(2, 99_999),
+    "data.decoder_only": one_of(True, False),  # data=pairs for a GPT or an RNN: source + BEGIN + target
     "optim.lr": number(0, brackets="(]"),
     "optim.weight_decay": number(0),
     "optim.betas": betas,
@@ -213,14 +218,33 @@ def config_problems(cfg: DictConfig) -> list[str]:
         if value is not missing and (problem := rule(value)):
             problems.append(f"{key}={value!r} {problem}")
     data = cfg.data
-    if data.tokenizer == "bpe" and _is_int(data.bpe_vocab_size) and data.bpe_vocab_size < MIN_BPE_VOCAB:
+    if data.get("tokenizer") == "bpe" and _is_int(data.bpe_vocab_size) and data.bpe_vocab_size < MIN_BPE_VOCAB:
         problems.append(
             f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
             "(BPE starts from the 256 byte values), e.g. 512"
         )
+    problems += pairs_problems(cfg)
     if problem := devices_problem(cfg.trainer):
         problems.append(problem)
     return problems + unknown_keys(cfg)
+
+
+def pairs_problems(cfg: DictConfig) -> list[str]:
+    """A translation model needs translation pairs, and a language model on pairs reads each as one sequence."""
+    arch = cfg.model.get("arch", "gpt")
+    if arch not in ARCHITECTURES:
+        return []  # said by model_config_problems
+    translates = ARCHITECTURES[arch][1].translates
+    pairs = cfg.data.get("_target_") == f"{PairDataModule.__module__}.{PairDataModule.__name__}"
+    if translates and not pairs:
+        return [f"model.arch={arch} translates source<TAB>target pairs: add data=pairs (data.path=FILE, or none "
+                "for the generated demo), or use experiment=numbers_zh"]
+    if pairs and translates == cfg.data.get("decoder_only"):
+        why = ("an encoder-decoder reads the source and the target apart" if translates
+               else "a language model reads source + BEGIN + target as one sequence")
+        return [f"data.decoder_only={str(translates).lower()} does not fit model.arch={arch}: set "
+                f"data.decoder_only={str(not translates).lower()} ({why})"]
+    return []
 
 
 def validate(cfg: DictConfig) -> None:

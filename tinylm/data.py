@@ -227,6 +227,11 @@ class TextDataModule(L.LightningDataModule):
                 f"of this text: lower data.batch_size or use a longer text (data.repeat=N)"
             )
 
+    def summary(self) -> str:
+        """What the data is, for the training log."""
+        return (f"{self.path} ({len(self.train_ids) + len(self.val_ids):,} tokens, "
+                f"vocabulary {self.tokenizer.vocab_size})")
+
     def setup(self, stage: str | None = None) -> None:
         self.prepare()
 

@@ -1,7 +1,10 @@
 """The LightningModule: loss, optimizer, schedule and logging around the plain model.
 
-The model is whatever ``model.arch`` names in ``tinylm.models`` (the GPT, the LSTM/GRU baseline):
-the module uses only the models' shared interface, ids and targets in, logits and the loss out.
+The model is whatever ``model.arch`` names in ``tinylm.models`` (the GPT, the LSTM/GRU baseline,
+the encoder-decoder): the module uses only the models' shared interface, a batch in, the loss out
+(``loss(batch)``). On translation pairs (``data=pairs``), the model, an encoder-decoder or a
+decoder-only one, is also scored at each validation on the exact match and the character error
+rate of its greedy translations (``val/exact_match``, ``val/cer``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key) and the weights, so ``torch.load(path, weights_only=True)`` reads them
@@ -18,6 +21,7 @@ import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
+from tinylm.translation import translation_scores
 
 LN2 = math.log(2)
 
@@ -44,11 +48,13 @@ class LitLanguageModel(L.LightningModule):
         decay_steps: int = 0,
         min_lr_ratio: float = 0.1,
         chars_per_token: float = 1.0,
+        translation_pairs: bool = False,
     ):
         """``model``: the model config's fields (``arch`` picks the architecture); ``tokenizer``: its plain-data state.
 
         ``decay_steps`` > 0 turns on warmup + cosine decay (reaching the floor at that step);
-        0 keeps the learning rate constant, as the reference run does.
+        0 keeps the learning rate constant, as the reference run does. ``translation_pairs``: the
+        data are translation pairs, scored at each validation.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -61,13 +67,13 @@ class LitLanguageModel(L.LightningModule):
         # ModelCheckpoint's best-stepNNNNNN.ckpt); saved in checkpoints, so a resume keeps it
         self.best_val_loss = math.inf
         self.best_step: int | None = None
+        self._translation_counts: list[tuple[int, int, int, int]] = []  # per validation batch
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
 
     def training_step(self, batch, batch_idx):
-        x, y = batch
-        _, loss = self.model(x, y)
+        loss = self.model.loss(batch)
         self._check_finite(loss, "training")
         # Only on the steps the logger writes: each self.log call costs Lightning about as much
         # as 5% of a reference step, and the logged values are the same.
@@ -82,13 +88,21 @@ class LitLanguageModel(L.LightningModule):
             self.trainer.should_stop = True
 
     def validation_step(self, batch, batch_idx):
-        x, y = batch
-        _, loss = self.model(x, y)
+        loss = self.model.loss(batch)
         self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
         self.log("loss/val", loss, prog_bar=True, sync_dist=True)
         self.log("loss/val_bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
+        if self.hparams.translation_pairs:  # counts summed over the batches, scored in on_validation_epoch_end
+            self._translation_counts.append(translation_scores(self.model, batch))
+
+    def on_validation_epoch_start(self) -> None:
+        self._translation_counts = []
 
     def on_validation_epoch_end(self) -> None:
+        if self._translation_counts:
+            exact, examples, edits, chars = (sum(c) for c in zip(*self._translation_counts, strict=True))
+            self.log("val/exact_match", exact / examples, prog_bar=True, sync_dist=True)
+            self.log("val/cer", edits / max(chars, 1), sync_dist=True)
         # loss/val is the mean over the validation batches here; checkpoints are saved after this hook
         loss = self.trainer.callback_metrics.get("loss/val")
         if not self.trainer.sanity_checking and loss is not None and float(loss) < self.best_val_loss:

@@ -35,7 +35,8 @@ LOCATORS = ("paths",)  # say where to look for `last`; never applied to the resu
 RESUMES_FILE = "resumes.yaml"
 
 # the model settings a checkpoint's weights depend on; a key an architecture lacks reads as None
-SHAPE_KEYS = ("arch", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding", "hidden_size")
+SHAPE_KEYS = ("arch", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding", "hidden_size",
+              "encoder_layers", "decoder_layers")
 
 
 def _key(override: Override) -> str:

@@ -56,6 +56,7 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
         model=model,
         tokenizer=datamodule.tokenizer.state(),
         chars_per_token=datamodule.val_chars_per_token,
+        translation_pairs=getattr(datamodule, "translation_pairs", False),
         **optim,
     )
     if cfg.compile:
@@ -148,9 +149,7 @@ def train(cfg: DictConfig) -> dict:
                 record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
             log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
                      step, ckpt_path, cfg.trainer.max_steps)
-    log.info("data: %s (%s tokens, vocabulary %d)", datamodule.path,
-             f"{len(datamodule.train_ids) + len(datamodule.val_ids):,}",
-             datamodule.tokenizer.vocab_size)
+    log.info("data: %s", datamodule.summary())
     print(module.model.format_parameter_table())
     # running.json while training (rank 0): how a sweep report tells a running job from a killed one
     with running_marker(output_dir) if rank_zero_only.rank == 0 else nullcontext():
@@ -192,6 +191,9 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
         "wall_seconds": wall,
     }
+    for key, tag in (("val_exact_match", "val/exact_match"), ("val_cer", "val/cer")):  # translation models
+        if tag in trainer.callback_metrics:
+            metrics[key] = float(trainer.callback_metrics[tag])
     metrics["interrupted"] = interrupt.interrupted_at is not None
     # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)
     metrics["stopped_early"] = bool(stopping and stopping.stopping_reason_message and not metrics["interrupted"]

@@ -129,7 +129,7 @@ class AttentionMaps(PeriodicInspector):
         add_rgb_image(writer, "maps/causal_mask", image, trainer.global_step)
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero and self.has_attention(pl_module):
+        if trainer.is_global_zero and self.watches(pl_module) and self.has_attention(pl_module):
             self.timed("AttentionMaps (causal mask)", trainer.global_step,
                        lambda: self.log_causal_mask(trainer, pl_module))
 

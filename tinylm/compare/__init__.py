@@ -1,6 +1,6 @@
 """Run the comparisons of the reference experiment and write their answers to one folder.
 
-    python -m tinylm.compare positions|tokenizers|rnn|tricks|all [--steps N] [--data PATH]
+    python -m tinylm.compare positions|tokenizers|rnn|tricks|seq2seq|all [--steps N] [--data PATH]
         [--max-chars N] [--bpe-vocab-size N] [--out DIR] [--rerun] [train.py overrides ...]
 
 Each comparison trains a few variants of the same run (same data, seed, steps, batch and block),
@@ -11,6 +11,8 @@ folder: metrics.json, TensorBoard events, checkpoints, so ``generate.py run_dir=
 - tokenizers: char | byte | BPE (``data.bpe_vocab_size``), compared in bits per character
 - rnn:        the GPT | an LSTM | a GRU (``model=lstm``), val loss vs parameters vs tokens/s
 - tricks:     constant learning rate | warmup + cosine decay | gradient clipping | both
+- seq2seq:    translation pairs: the encoder-decoder | a decoder-only GPT reading source + BEGIN +
+  target, at a similar parameter count, compared on exact match (not part of ``all``: other data)
 
 A variant whose folder already holds a finished run with the same settings is read, not run
 again, so an interrupted comparison continues where it stopped and a finished one only rebuilds

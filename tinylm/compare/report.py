@@ -14,7 +14,11 @@ from tinylm.plotting import save_png
 from tinylm.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"
-VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc"}  # metric -> its TensorBoard tag
+VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc", "exact_match": "val/exact_match"}  # metric -> its tag
+Y_LABELS = {"loss/val": "validation loss (nats/token)", "loss/val_bpc": "validation bits per character",
+            "val/exact_match": "validation exact match (greedy translations)"}
+HIGHER_IS_BETTER = ("exact_match",)
+TRANSLATION_COLUMNS = {"exact_match": ("val_exact_match", "{:.1%}"), "cer": ("val_cer", "{:.3f}")}
 
 
 def scalar_curve(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
@@ -45,7 +49,7 @@ def curves_figure(runs: dict[str, Path], tag: str, title: str) -> Figure | None:
     if not drawn:
         return None
     ax.set_xlabel("training step")
-    ax.set_ylabel("validation bits per character" if tag == "loss/val_bpc" else "validation loss (nats/token)")
+    ax.set_ylabel(Y_LABELS[tag])
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(title="variant (last value)")
@@ -58,7 +62,8 @@ def budget(run_dir: Path) -> str:
     if not path.exists():
         return ""
     cfg = OmegaConf.load(path)
-    data = cfg.data.path or "the embedded Chinese corpus"
+    generated = f"the generated {cfg.data.demo} pairs" if "demo" in cfg.data else "the embedded Chinese corpus"
+    data = cfg.data.path or generated
     return (f"Budget per run: {cfg.trainer.max_steps} steps x batch {cfg.data.batch_size} x block "
             f"{cfg.model.block_size} tokens, lr {cfg.optim.lr:g}, seed {cfg.seed}; data: {data}.")
 
@@ -68,8 +73,17 @@ def best_line(jobs: list[Job], metric: str) -> str:
     done = [j for j in jobs if j.metrics and math.isfinite(j.metrics.get(key, math.nan))]
     if not done:
         return ""
-    best = min(done, key=lambda j: j.metrics[key])
-    return f"Lowest {key}: **{best.name}** ({best.metrics[key]:.4f})."
+    higher = metric in HIGHER_IS_BETTER
+    best = (max if higher else min)(done, key=lambda j: j.metrics[key])
+    return f"{'Highest' if higher else 'Lowest'} {key}: **{best.name}** ({best.metrics[key]:.4f})."
+
+
+def translation_cells(run_dir: Path) -> dict[str, str]:
+    """A translation run's exact match and character error rate, formatted; nothing for a text run."""
+    job = read_job(run_dir)
+    metrics = job.metrics or {}
+    return {name: fmt.format(metrics[key]) for name, (key, fmt) in TRANSLATION_COLUMNS.items()
+            if metrics.get(key) is not None}
 
 
 def comparison_section(name: str, comparison: Comparison, out: Path) -> str:
@@ -81,7 +95,9 @@ def comparison_section(name: str, comparison: Comparison, out: Path) -> str:
     swept, common = split_overrides(jobs)
     # variants in their own order, not ranked by val_loss (which tokenizers cannot be compared by)
     rows = sorted(table_rows(jobs, swept), key=lambda row: list(runs).index(row["job"]))
-    rows = [{"variant": row["job"], **{k: v for k, v in row.items() if k not in ("rank", "job")}} for row in rows]
+    rows = [{"variant": row["job"], **translation_cells(runs[row["job"]]), **{k: v for k, v in row.items()
+                                                                          if k not in ("rank", "job")}}
+            for row in rows]
     table = markdown(rows, common, name).split("\n", 2)[2]  # drop the sweep title line
     lines = [f"## {comparison.title} (`{name}`)", "", comparison.note, "", budget(next(iter(runs.values()))),
              best_line(jobs, comparison.metric), "", table]

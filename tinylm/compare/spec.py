@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass
 class Comparison:
     title: str
-    metric: str  # the metric that decides (loss or bpc: metrics.json val_<metric>)
+    metric: str  # the metric that decides (loss, bpc or exact_match: metrics.json val_<metric>)
     variants: dict[str, list[str]]  # variant name -> its train.py overrides
     note: str
 
@@ -18,6 +18,9 @@ def comparisons(steps: int, bpe_vocab_size: int) -> dict[str, Comparison]:
     warmup = max(1, steps // 10)
     schedule = [f"optim.warmup_steps={warmup}", f"optim.decay_steps={steps}"]
     clip = ["trainer.gradient_clip_val=1.0"]
+    # the numbers_zh demo's training settings, for both architectures
+    pairs = ["data=pairs", "model.dropout=0.0", "optim.lr=2.0e-3", f"optim.warmup_steps={warmup}",
+             f"optim.decay_steps={steps}"]
     return {
         "positions": Comparison(
             "Position encodings", "loss",
@@ -45,5 +48,15 @@ def comparisons(steps: int, bpe_vocab_size: int) -> dict[str, Comparison]:
             {"constant_lr": [], "warmup_cosine": schedule, "grad_clip": clip, "warmup_cosine_clip": schedule + clip},
             f"constant_lr is the reference schedule; warmup_cosine: linear warmup for {warmup} steps, then cosine "
             f"decay to 0.1 x lr at step {steps}; grad_clip: gradient norm clipped at 1.0.",
+        ),
+        "seq2seq": Comparison(
+            "Translation: encoder-decoder vs decoder-only", "exact_match",
+            {"seq2seq": ["model=seq2seq", *pairs, "model.block_size=8"],
+             "gpt": ["model=gpt", *pairs, "data.decoder_only=true", "model.block_size=12", "model.num_layers=5"]},
+            "The generated numbers_zh pairs (Chinese numerals to digits; validation numbers never trained on), "
+            "the same steps, batch of pairs, learning rate and schedule. seq2seq: 2 encoder + 2 decoder layers "
+            "with cross-attention; gpt: 5 causal layers of the same width (a similar parameter count) reading "
+            "source + BEGIN + target as one sequence, with the loss on the target only. exact_match and cer: "
+            "greedy translations of the held-out pairs.",
         ),
     }

@@ -10,12 +10,14 @@ from __future__ import annotations
 from tinylm.models.base import LanguageModel, ModelConfig
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.rnn import RNNConfig, RNNLanguageModel
+from tinylm.models.seq2seq import Seq2Seq, Seq2SeqConfig
 
 # arch -> (config dataclass, model class)
 ARCHITECTURES: dict[str, tuple[type[ModelConfig], type[LanguageModel]]] = {
     "gpt": (GPTConfig, GPT),
     "lstm": (RNNConfig, RNNLanguageModel),
     "gru": (RNNConfig, RNNLanguageModel),
+    "seq2seq": (Seq2SeqConfig, Seq2Seq),
 }
 
 __all__ = ["ARCHITECTURES", "LanguageModel", "ModelConfig", "build_model", "model_config_problems"]
@@ -25,7 +27,8 @@ def model_config_problems(cfg: dict) -> list[str]:
     """Everything wrong with a model config of any architecture, each one line."""
     arch = cfg.get("arch", "gpt")
     if arch not in ARCHITECTURES:
-        return [f"model.arch={arch!r}: choose one of {', '.join(ARCHITECTURES)} (model=gpt or model=lstm)"]
+        choices = ", ".join(ARCHITECTURES)
+        return [f"model.arch={arch!r}: choose one of {choices} (model=gpt, model=lstm or model=seq2seq)"]
     return ARCHITECTURES[arch][0].problems({"arch": arch, **cfg})
 
 

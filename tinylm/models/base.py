@@ -2,7 +2,9 @@
 
 Training, generation, the TensorBoard callbacks and ``visualize.py`` use a model only through
 ``LanguageModel``; none of them asks which class it holds. An architecture that has no attention
-says so by returning ``None`` from ``attention_maps``.
+says so by returning ``None`` from ``attention_maps``. A translation model (an encoder-decoder)
+says so with ``translates = True``; what it offers instead of a text continuation is listed in
+``LanguageModel``'s docstring.
 """
 
 from __future__ import annotations
@@ -50,15 +52,32 @@ class LanguageModel(nn.Module):
     - ``new_cache(batch_size, device, dtype)``: what carries the past between generation steps
     - ``context_window``: how many of the last tokens it reads (None: all of them)
     - ``has_attention`` and ``attention_maps(idx)``: per-layer attention weights (a model without
-      attention has ``has_attention = False``, and its maps are None)
+      attention has ``has_attention = False``, and its maps are None; a translation model's maps
+      are its ``translation_maps``)
     - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
     - ``past_shape(batch_size, length)`` and ``step(idx, past_keys, past_values)``: decoding on plain
       tensors, what ONNX export traces (``tinylm.onnx_export``); an architecture without a step has
       ``past_shape`` None and cannot be exported
+    - ``loss(batch)``: the training loss of one batch of its data module, all the LightningModule
+      asks of any model (a language model's batch is ``(idx, targets)``)
+
+    A model with ``translates = True`` (``tinylm.models.seq2seq``) maps a source to a target
+    instead of continuing a text. Its batches are ``(source, target_in, target_out)``, its vocabulary
+    starts with the padding, begin and end symbols (``PAD_ID, BEGIN_ID, END_ID``), and it has:
+
+    - ``encode(src) -> memory``: the source (B, S), padded at the end, encoded once
+    - ``decode(tgt, memory, cache=None, last_only=False) -> (logits, self_weights, cross_weights)``,
+      with ``new_cache`` for incremental decoding (``tinylm.translation`` holds the loops)
+    - ``translation_maps(src, tgt)``: the encoder, decoder and cross-attention weights per layer
     """
 
     config: ModelConfig
     has_attention = False
+    translates = False
+
+    def loss(self, batch) -> torch.Tensor:
+        idx, targets = batch  # (B, T) each
+        return self(idx, targets)[1]
 
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32):
         raise NotImplementedError

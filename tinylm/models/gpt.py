@@ -158,7 +158,7 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
-        B, T, C = x.shape
+        T = x.size(1)
         start = cache.length if cache is not None else 0
         q, k, v = self.query_key_value(x, start)
 
@@ -172,15 +172,8 @@ class CausalSelfAttention(nn.Module):
         dropout_on_cpu = self.training and self.dropout > 0 and x.device.type == "cpu"
         weights = None
         if self.impl == "explicit" or need_weights or dropout_on_cpu or tracing():
-            # scores = q k^T / sqrt(hs) + causal bias, as one fused op over the B*h heads
             bias = self.causal_bias[start : start + T, : start + T]  # (T, T'), -inf above the diagonal
-            qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
-            scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
-            scores = scores.view(B, self.num_heads, T, -1)  # (B, h, T, T')
-            trace("scores", scores)
-            weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
-            trace("attention weights", weights)
-            y = self.attn_dropout(weights) @ v  # (B, h, T, hs)
+            y, weights = self.explicit(q, k, v, bias)  # (B, h, T, hs), (B, h, T, T')
         else:
             dropout_p = self.dropout if self.training else 0.0
             if start == 0:  # prefill / training: plain causal attention
@@ -188,12 +181,30 @@ class CausalSelfAttention(nn.Module):
             else:  # cached decoding; one new query sees every stored key, so it needs no mask
                 attn_mask = None if T == 1 else mask
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+        return self.output(y), weights
+
+    def explicit(self, q, k, v, bias):
+        """Attention written out, one fused op over the B*h heads: softmax(q kᵀ/√hs + bias) @ v (B, h, T, hs)
+        and the weights (B, h, T, T'), for q (B, h, T, hs), k and v (B, h, T', hs) and a bias (0: visible,
+        -inf: hidden) broadcastable to (B*h, T, T'). The encoder-decoder's attentions use it too."""
+        B, h, T, _ = q.shape
+        qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
+        scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
+        scores = scores.view(B, h, T, -1)  # (B, h, T, T')
+        trace("scores", scores)
+        weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
+        trace("attention weights", weights)
+        return self.attn_dropout(weights) @ v, weights  # (B, h, T, hs)
+
+    def output(self, y):
+        """The heads' outputs (B, h, T, hs) side by side again, projected: (B, T, C)."""
+        B, _, T, _ = y.shape
         trace("attention output per head", y)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads concatenated
+        y = y.transpose(1, 2).contiguous().view(B, T, -1)  # (B, T, C): heads concatenated
         trace("heads concatenated", y)
         y = self.resid_dropout(self.proj(y))  # (B, T, C)
         trace("attention projection", y)
-        return y, weights
+        return y
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,266 @@
+"""An encoder-decoder Transformer (Vaswani et al. 2017) for translation, built from the GPT's blocks.
+
+Read it top to bottom: configuration, the three kinds of attention, the two kinds of block, the
+model. Shapes use B = batch, S = source length, T = target length, C = n_embd, h = num_heads,
+hs = head size = C / h, V = vocabulary size (one vocabulary for both sides).
+
+    source ids (B, S) -> token + position embedding (B, S, C)
+      -> encoder_layers x [ x + self_attn(ln1(x)),  x + ffwd(ln2(x)) ]      every source position
+      -> LayerNorm -> memory (B, S, C)                                        sees every other one
+    target ids (B, T), BEGIN first -> token + position embedding (B, T, C)
+      -> decoder_layers x [ x + causal_self_attn(ln1(x)),                     the GPT's attention
+                            x + cross_attn(ln2(x), memory),                   target looks at source
+                            x + ffwd(ln3(x)) ]
+      -> final LayerNorm -> lm_head -> logits (B, T, V): the next target symbol at every position
+
+Sources are padded with PAD_ID at the end: the encoder's self-attention and the cross-attention
+never look at a padding key, so a padded example gives the same outputs as the example alone.
+Targets need no mask of their own: causal attention never sees the padding after a target's END.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from tinylm.models.base import LanguageModel, ModelConfig
+from tinylm.models.gpt import GPT, CausalSelfAttention, FeedForward, KVCache, SinusoidalPositions
+from tinylm.models.ops import Dropout
+from tinylm.models.seq2seq_checks import seq2seq_config_problems
+from tinylm.models.tracing import trace
+
+PAD_ID, BEGIN_ID, END_ID = 0, 1, 2  # the first three symbols of every translation vocabulary
+
+
+@dataclass
+class Seq2SeqConfig(ModelConfig):
+    arch: str = "seq2seq"
+    block_size: int = 16  # the longest source, and the longest target plus its END symbol
+    n_embd: int = 64
+    num_heads: int = 4
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    dropout: float = 0.1
+    pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope", shared by both sides
+    attn_impl = "explicit"  # not a setting: every attention here returns its weights, for the heatmaps
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.num_heads
+
+    @property
+    def num_layers(self) -> int:
+        """The layers a decoding cache holds: the decoder's (``KVCache``)."""
+        return self.decoder_layers
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        return seq2seq_config_problems(cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention: the GPT's, without its causal mask (encoder) or with keys from the source (cross)
+
+
+def padding_bias(src: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """src (B, S) -> (B*h, 1, S): 0 for a source symbol, -inf for padding, the same for every head and query."""
+    bias = torch.zeros(src.shape, device=src.device).masked_fill(src == PAD_ID, float("-inf"))  # (B, S)
+    return bias.repeat_interleave(num_heads, dim=0).unsqueeze(1)  # (B*h, 1, S)
+
+
+class SelfAttention(CausalSelfAttention):
+    """The GPT's attention with no causal mask: each source position sees the whole source but its padding."""
+
+    def forward(self, x, pad_bias):
+        q, k, v = self.query_key_value(x)  # (B, h, S, hs) each, rope applied
+        y, weights = self.explicit(q, k, v, pad_bias)  # (B, h, S, hs), (B, h, S, S)
+        return self.output(y), weights
+
+
+class CrossAttention(CausalSelfAttention):
+    """Target queries over the source: q from the decoder, k and v from the encoder's output.
+
+    The same fused projection as the GPT's, its first C rows for queries and the other 2C for keys
+    and values. No causal mask (the whole source is known) and no rope (target and source
+    positions are not comparable); only the source's padding is hidden.
+    """
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__(config)
+        self.rotary = None
+
+    def memory_keys_values(self, memory):
+        """memory (B, S, C) -> k, v (B, h, S, hs): computed once per source, used at every decoding step."""
+        B, S, C = memory.shape
+        kv = F.linear(memory, self.qkv.weight[C:]).split(C, dim=2)  # 2 x (B, S, C)
+        return tuple(t.view(B, S, self.num_heads, self.head_size).transpose(1, 2) for t in kv)  # 2 x (B, h, S, hs)
+
+    def forward(self, x, memory_kv, pad_bias):
+        B, T, C = x.shape
+        q = F.linear(x, self.qkv.weight[:C])  # (B, T, C)
+        q = q.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
+        y, weights = self.explicit(q, *memory_kv, pad_bias)  # (B, h, T, hs), (B, h, T, S)
+        return self.output(y), weights
+
+
+# --------------------------------------------------------------------------------------------
+# Blocks, pre-LayerNorm like the GPT's
+
+
+class EncoderBlock(nn.Module):
+    """x + self_attn(ln1(x)), then x + ffwd(ln2(x))."""
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.attn = SelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.ffwd = FeedForward(config)
+
+    def forward(self, x, pad_bias):
+        a, weights = self.attn(self.ln1(x), pad_bias)
+        x = x + a  # (B, S, C)
+        x = x + self.ffwd(self.ln2(x))  # (B, S, C)
+        trace("block output", x)
+        return x, weights
+
+
+@dataclass
+class Memory:
+    """An encoded source, all the decoder reads of it: computed once, however many steps decode."""
+
+    keys_values: list[tuple[torch.Tensor, torch.Tensor]]  # per decoder layer, k and v (B, h, S, hs)
+    pad_bias: torch.Tensor  # (B*h, 1, S): -inf on padding
+    encoder_attention: list[torch.Tensor]  # per encoder layer, (B, h, S, S)
+
+
+class DecoderBlock(nn.Module):
+    """x + causal_self_attn(ln1(x)), then x + cross_attn(ln2(x), source), then x + ffwd(ln3(x))."""
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.self_attn = CausalSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.cross_attn = CrossAttention(config)
+        self.ln3 = nn.LayerNorm(config.n_embd)
+        self.ffwd = FeedForward(config)
+
+    def forward(self, x, memory: Memory, cache: KVCache | None, layer: int):
+        a, self_weights = self.self_attn(self.ln1(x), cache, layer, need_weights=True)
+        x = x + a  # (B, T, C)
+        a, cross_weights = self.cross_attn(self.ln2(x), memory.keys_values[layer], memory.pad_bias)
+        x = x + a  # (B, T, C)
+        x = x + self.ffwd(self.ln3(x))  # (B, T, C)
+        trace("block output", x)
+        return x, self_weights, cross_weights
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+
+
+class Seq2Seq(LanguageModel):
+    has_attention = True
+    translates = True
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)  # both sides
+        if config.pos_encoding == "learned":
+            self.position_embedding = nn.Embedding(config.block_size, config.n_embd)
+        elif config.pos_encoding == "sinusoidal":
+            self.position_embedding = SinusoidalPositions(config.block_size, config.n_embd)
+        else:  # rope: positions enter inside self-attention
+            self.position_embedding = None
+        self.drop = Dropout(config.dropout)
+        self.encoder = nn.ModuleList(EncoderBlock(config) for _ in range(config.encoder_layers))
+        self.ln_memory = nn.LayerNorm(config.n_embd)
+        self.decoder = nn.ModuleList(DecoderBlock(config) for _ in range(config.decoder_layers))
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+        self.apply(GPT._init_weights)
+
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """ids (B, L) at positions start .. start+L-1 -> token + position embedding (B, L, C)."""
+        if start + idx.size(1) > self.config.block_size:
+            raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than "
+                             f"block_size={self.config.block_size}")
+        x = self.token_embedding(idx)  # (B, L, C)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(torch.arange(start, start + idx.size(1), device=idx.device))  # (B, L, C)
+        return self.drop(x)
+
+    def encode(self, src: torch.Tensor) -> Memory:
+        """Source ids (B, S), padded with PAD_ID at the end -> what the decoder reads of them."""
+        pad_bias = padding_bias(src, self.config.num_heads)  # (B*h, 1, S)
+        x = self.embed(src)  # (B, S, C)
+        attention = []
+        for block in self.encoder:
+            x, weights = block(x, pad_bias)
+            attention.append(weights)
+        memory = self.ln_memory(x)  # (B, S, C)
+        keys_values = [block.cross_attn.memory_keys_values(memory) for block in self.decoder]
+        return Memory(keys_values, pad_bias, attention)
+
+    def decode(self, tgt: torch.Tensor, memory: Memory, cache: KVCache | None = None, last_only: bool = False):
+        """Target ids (B, T) -> logits (B, T, V), and per decoder layer the self- and cross-attention weights.
+
+        ``cache``: decode incrementally, ``tgt`` holding only the new positions. ``last_only``: the
+        logits of the last position only, (B, 1, V).
+        """
+        start = cache.length if cache is not None else 0
+        x = self.embed(tgt, start)  # (B, T, C)
+        self_attention, cross_attention = [], []
+        for layer, block in enumerate(self.decoder):
+            x, self_weights, cross_weights = block(x, memory, cache, layer)
+            self_attention.append(self_weights)
+            cross_attention.append(cross_weights)
+        if cache is not None:
+            cache.length += tgt.size(1)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, C)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        return logits, self_attention, cross_attention
+
+    def forward(self, src, tgt, targets=None):
+        """Teacher forcing: src (B, S), tgt (B, T) = BEGIN + target -> (logits (B, T, V), loss or None).
+
+        ``targets`` (B, T) = target + END, padded with PAD_ID, which the loss leaves out.
+        """
+        logits = self.decode(tgt, self.encode(src))[0]  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)  # (B*T, V), (B*T,)
+        return logits, loss
+
+    def loss(self, batch) -> torch.Tensor:
+        src, tgt, targets = batch  # (B, S), (B, T), (B, T)
+        return self(src, tgt, targets)[1]
+
+    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
+        return KVCache(self.config, batch_size, device=device, dtype=dtype)
+
+    def translation_maps(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention weights."""
+        memory = self.encode(src)
+        _, self_attention, cross_attention = self.decode(tgt, memory)
+        return {"encoder": memory.encoder_attention, "decoder": self_attention, "cross": cross_attention}
+
+    def parameter_table(self) -> list[tuple[str, int]]:
+        """(part, parameter count) rows: embeddings, encoder blocks, decoder blocks, LayerNorms, lm_head."""
+        parts = [("token_embedding", self.token_embedding), ("position_embedding", self.position_embedding)]
+        parts += [(f"encoder.{i}", block) for i, block in enumerate(self.encoder)]
+        parts += [("ln_memory", self.ln_memory)]
+        parts += [(f"decoder.{i}", block) for i, block in enumerate(self.decoder)]
+        parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
+        return [(name, sum(p.numel() for p in m.parameters()) if m is not None else 0) for name, m in parts]
+
+    def dimensions(self) -> dict[str, int]:
+        c = self.config
+        return {"C (embedding width)": c.n_embd, "h (heads)": c.num_heads, "hs (head size)": c.head_size,
+                "V (vocabulary)": c.vocab_size}

@@ -1,0 +1,202 @@
+"""Translation data (``data=pairs``): ``source<TAB>target`` lines, one character vocabulary, padded batches.
+
+A batch for an encoder-decoder is three id tensors, each row padded with PAD_ID at the end:
+
+    source     (B, S)  the source symbols
+    target_in  (B, T)  BEGIN + target: what the decoder reads
+    target_out (B, T)  target + END: what it must predict at each position (padding is not scored)
+
+With ``decoder_only`` (a GPT or an RNN on the same pairs) a pair is one sequence, BEGIN
+separating the two sides, and only the target is scored (IGNORE is cross-entropy's ignore index):
+
+    idx     (B, L)  source + BEGIN + target, padded with PAD_ID
+    targets (B, L)  IGNORE under the source, then target + END, padded with IGNORE
+
+The vocabulary is a ``CharTokenizer`` whose first three symbols are the control characters NUL
+(padding), STX (begin) and ETX (end), then every character of the pairs: plain data in the
+checkpoint like any character vocabulary, and the ids PAD_ID, BEGIN_ID and END_ID of the model.
+Training batches are drawn at random, batch ``s`` depending only on (seed, rank, s) as for text;
+validation reads held-out lines in fixed, seeded batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from tinylm.data import DEFAULT_MAX_MIB, read_text
+from tinylm.errors import TinyLMError
+from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
+from tinylm.numbers_zh import numbers_zh_pairs
+from tinylm.tokenizer import CharTokenizer
+from tinylm.translation import IGNORE
+
+log = logging.getLogger(__name__)
+
+SPECIAL = {PAD_ID: "\x00", BEGIN_ID: "\x02", END_ID: "\x03"}  # padding, begin, end: the first three symbols
+DEMOS = ("numbers_zh",)
+
+
+def parse_pairs(text: str, path: Path) -> list[tuple[str, str]]:
+    """(source, target) of every line ``source<TAB>target``; blank lines are skipped.
+
+    The first tab splits a line. A line without one, with an empty side, or with one of the
+    three control characters the vocabulary reserves is one TinyLMError naming its line number.
+    """
+    pairs = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        source, tab, target = line.partition("\t")
+        if not tab:
+            raise TinyLMError(f"{path} line {number} has no tab: write each pair as source<TAB>target")
+        if not source or not target:
+            side = "source" if not source else "target"
+            raise TinyLMError(f"{path} line {number} has an empty {side}: give both sides of the pair")
+        if any(c in SPECIAL.values() for c in line):
+            raise TinyLMError(f"{path} line {number} has a NUL, STX or ETX character, which the vocabulary "
+                              "reserves for padding, begin and end: remove it")
+        pairs.append((source, target))
+    return pairs
+
+
+def pad(rows: list[list[int]], value: int = PAD_ID) -> torch.Tensor:
+    """Rows of ids -> (B, longest row), padded with ``value`` at the end."""
+    out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def collate(examples: list[tuple[list[int], list[int]]]):
+    """(source ids, target ids) pairs -> source (B, S), target_in (B, T), target_out (B, T)."""
+    sources = pad([s for s, _ in examples])  # (B, S)
+    target_in = pad([[BEGIN_ID, *t] for _, t in examples])  # (B, T)
+    target_out = pad([[*t, END_ID] for _, t in examples])  # (B, T)
+    return sources, target_in, target_out
+
+
+def collate_decoder_only(examples: list[tuple[list[int], list[int]]]):
+    """(source ids, target ids) pairs -> idx (B, L) = source + BEGIN + target, targets (B, L), target scored only."""
+    idx = pad([[*s, BEGIN_ID, *t] for s, t in examples])  # (B, L)
+    targets = pad([[IGNORE] * len(s) + [*t, END_ID] for s, t in examples], IGNORE)  # (B, L)
+    return idx, targets
+
+
+class RandomPairs(IterableDataset):
+    """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s)."""
+
+    def __init__(self, examples, batch_size, seed, rank=0, start_step=0, collate_fn=collate):
+        self.examples, self.batch_size, self.collate_fn = examples, batch_size, collate_fn
+        self.seed, self.rank, self.start_step = seed, rank, start_step
+
+    def __iter__(self):
+        generator = torch.Generator()
+        step = self.start_step
+        while True:
+            generator.manual_seed(hash((self.seed, self.rank, step)) & 0x7FFF_FFFF_FFFF_FFFF)
+            picks = torch.randint(len(self.examples), (self.batch_size,), generator=generator)
+            yield self.collate_fn([self.examples[i] for i in picks.tolist()])
+            step += 1
+
+
+class PairDataModule(L.LightningDataModule):
+    translation_pairs = True  # the LightningModule scores translations at each validation
+
+    def __init__(
+        self,
+        path: str | None = None,
+        demo: str = "numbers_zh",
+        demo_pairs: int = 6000,
+        demo_max: int = 9999,
+        block_size: int = 16,
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        val_batches: int = 4,
+        decoder_only: bool = False,
+        encoding: str = "utf-8",
+        max_mib: float = DEFAULT_MAX_MIB,
+        seed: int = 1337,
+    ):
+        super().__init__()
+        self.path = Path(path) if path else None
+        self.demo, self.demo_pairs, self.demo_max = demo, demo_pairs, demo_max
+        self.block_size, self.batch_size = block_size, batch_size
+        self.val_fraction, self.val_batches = val_fraction, val_batches
+        self.decoder_only = decoder_only
+        self.collate = collate_decoder_only if decoder_only else collate
+        self.encoding, self.max_mib, self.seed = encoding, max_mib, seed
+        self.tokenizer: CharTokenizer | None = None
+        self.val_chars_per_token = 1.0  # one symbol per character: bits per character = bits per symbol
+
+    def read_pairs(self) -> list[tuple[str, str]]:
+        """The pairs of ``path``, or of the generated demo when there is no path."""
+        if self.path is not None:
+            return parse_pairs(read_text(self.path, self.encoding, max_mib=self.max_mib), self.path)
+        return numbers_zh_pairs(self.demo_pairs, self.demo_max, self.seed)
+
+    @property
+    def source_name(self) -> str:
+        return str(self.path) if self.path is not None else f"the generated {self.demo} demo"
+
+    def prepare(self) -> None:
+        """Read, check, split and encode the pairs (idempotent). Raises TinyLMError on bad input."""
+        if self.tokenizer is not None:
+            return
+        pairs = self.read_pairs()
+        fitting = [(s, t) for s, t in pairs if self.fits(s, t)]
+        if len(fitting) < len(pairs):
+            most = self.block_size - 1
+            longest = (f"source + target of at most {most} characters" if self.decoder_only
+                       else f"a source of at most {self.block_size} characters, a target of at most {most}")
+            log.warning("%s: dropped %d of %d pairs longer than model.block_size=%d (%s); raise "
+                        "model.block_size to keep them", self.source_name, len(pairs) - len(fitting), len(pairs),
+                        self.block_size, longest)
+        if len(fitting) < 2:
+            raise TinyLMError(
+                f"{self.source_name} has {len(fitting)} usable pair(s) (of {len(pairs)} read, lines "
+                f"source<TAB>target no longer than model.block_size={self.block_size}): training needs at "
+                "least 2, one to train on and one to validate; give more pairs or raise model.block_size"
+            )
+        characters = sorted(set("".join(s + t for s, t in fitting)))
+        self.tokenizer = CharTokenizer([SPECIAL[i] for i in range(len(SPECIAL))] + characters)
+        random.Random(self.seed).shuffle(fitting)  # held-out lines: a seeded draw, not the file's end
+        n_val = max(1, int(len(fitting) * self.val_fraction))
+        examples = [(self.tokenizer.encode(s), self.tokenizer.encode(t)) for s, t in fitting]
+        self.train_examples, self.val_examples = examples[n_val:], examples[:n_val]
+
+    def fits(self, source: str, target: str) -> bool:
+        """Whether a pair fits the model: the decoder reads BEGIN + target and predicts target + END;
+        decoder-only, the model reads source + BEGIN + target."""
+        if self.decoder_only:
+            return len(source) + 1 + len(target) <= self.block_size
+        return len(source) <= self.block_size and len(target) < self.block_size
+
+    def summary(self) -> str:
+        return (f"{self.source_name} ({len(self.train_examples):,} training and {len(self.val_examples):,} "
+                f"validation pairs, vocabulary {self.tokenizer.vocab_size})")
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare()
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer is not None else 0
+        start = trainer.global_step if trainer is not None else 0
+        dataset = RandomPairs(self.train_examples, self.batch_size, self.seed, rank, start, self.collate)
+        # own generator: creating the iterator must not draw from the global RNG (dropout's)
+        return DataLoader(dataset, batch_size=None, generator=torch.Generator())
+
+    def val_batches_list(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The fixed validation batches: a seeded choice of held-out pairs, at most val_batches x batch_size."""
+        order = torch.randperm(len(self.val_examples), generator=torch.Generator().manual_seed(self.seed))
+        chosen = [self.val_examples[i] for i in order[: self.val_batches * self.batch_size].tolist()]
+        return [self.collate(chosen[i : i + self.batch_size]) for i in range(0, len(chosen), self.batch_size)]
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_batches_list(), batch_size=None, generator=torch.Generator())

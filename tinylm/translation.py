@@ -1,0 +1,201 @@
+"""Translating with an encoder-decoder (``LanguageModel.translates``): the decoding loops and the scores.
+
+- ``translate(model, src, ...)``: greedy (temperature 0) or sampled decoding of a batch of sources,
+  with the options of ``tinylm.generation.sample_next``. The source is encoded once; with the
+  cache, each step feeds the decoder only the newest symbol, and the cross-attention keys and
+  values of the source are reused from ``model.encode`` at every step.
+- ``beam_search(model, src, beam_size)``: the most likely translations of one source, kept
+  ``beam_size`` at a time.
+- ``edit_distance`` and ``translation_scores``: the exact match and character error rate that
+  validation reports.
+- ``translate_lines``: source lines in, one translation per line out (``generate.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+from torch.nn import functional as F
+
+from tinylm.errors import TinyLMError
+from tinylm.generation import eval_no_grad, generate, sample_next
+from tinylm.models import LanguageModel
+from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
+from tinylm.textstream import UNKNOWN_POLICIES
+from tinylm.tokenizer import Tokenizer
+
+IGNORE = -100  # cross-entropy's default ignore_index: target positions a decoder-only model is not scored on
+
+
+def _next_logits(model: LanguageModel, seq: torch.Tensor, memory, cache) -> torch.Tensor:
+    """Logits (B, V) of the symbol after ``seq`` (B, L): only the new symbols with a cache, all without."""
+    new = seq if cache is None else seq[:, cache.length :]
+    return model.decode(new, memory, cache, last_only=True)[0][:, -1]  # (B, V)
+
+
+def cut(ids: list[int]) -> list[int]:
+    """A decoded row up to (without) its END symbol, padding dropped."""
+    ids = ids[: ids.index(END_ID)] if END_ID in ids else ids
+    return [i for i in ids if i != PAD_ID]
+
+
+def translate(model: LanguageModel, src: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
+              top_p: float | None = None, generator: torch.Generator | None = None,
+              use_cache: bool = True) -> list[list[int]]:
+    """The translations of ``src`` (B, S), padded with PAD_ID: one list of ids per row, without BEGIN/END.
+
+    Each row stops at its END symbol, or after ``block_size`` symbols (the longest target the
+    decoder can read back). Greedy by default; the same generator state gives the same samples.
+    """
+    B = src.size(0)
+    with eval_no_grad(model):
+        memory = model.encode(src)
+        cache = model.new_cache(B, src.device, next(model.parameters()).dtype) if use_cache else None
+        seq = torch.full((B, 1), BEGIN_ID, dtype=torch.long, device=src.device)  # (B, 1)
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
+        for _ in range(model.config.block_size):
+            next_ids = sample_next(_next_logits(model, seq, memory, cache), temperature, top_k, top_p, generator)
+            next_ids = next_ids.masked_fill(done, PAD_ID)  # (B,): finished rows are padded
+            seq = torch.cat([seq, next_ids[:, None]], dim=1)  # (B, L+1)
+            done |= next_ids == END_ID
+            if done.all():
+                break
+    return [cut(row[1:]) for row in seq.tolist()]
+
+
+def keep_rows(cache, rows: torch.Tensor) -> None:
+    """Keep (and reorder) the cached keys and values of the hypotheses ``rows`` (K',) of the beam."""
+    cache.keys = [k[rows] for k in cache.keys]  # L x (K', h, P, hs)
+    cache.values = [v[rows] for v in cache.values]
+
+
+def expand_memory(memory: Memory, k: int) -> Memory:
+    """One encoded source shared by ``k`` hypotheses: batch 1 -> k, without encoding it again."""
+    keys_values = [(key.expand(k, -1, -1, -1), value.expand(k, -1, -1, -1)) for key, value in memory.keys_values]
+    return Memory(keys_values, memory.pad_bias.repeat(k, 1, 1), memory.encoder_attention)  # bias (k*h, 1, S)
+
+
+def beam_search(model: LanguageModel, src: torch.Tensor, beam_size: int, use_cache: bool = True) -> list[int]:
+    """The most likely translation of one source ``src`` (1, S) that beam search finds.
+
+    Each step extends every open hypothesis by every symbol and keeps the ``beam_size`` extensions
+    with the highest total log-probability; one that ends (END, or ``block_size`` symbols) moves to
+    the finished list. Search stops once the best finished hypothesis scores at least as well as
+    every open one (a score only falls as a hypothesis grows). ``beam_size=1`` is greedy decoding.
+    """
+    limit = model.config.block_size
+    with eval_no_grad(model):
+        memory = model.encode(src)
+        cache = model.new_cache(1, src.device, next(model.parameters()).dtype) if use_cache else None
+        seq = torch.full((1, 1), BEGIN_ID, dtype=torch.long, device=src.device)  # (K, L): K open hypotheses
+        scores = torch.zeros(1, device=src.device)  # (K,): the total log-probability of each
+        finished: list[tuple[float, list[int]]] = []
+        while True:
+            logits = _next_logits(model, seq, expand_memory(memory, seq.size(0)), cache)  # (K, V)
+            V = logits.size(-1)
+            total = (scores[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()  # (K*V,)
+            best, flat = total.topk(min(beam_size, total.numel()))  # (k,) each, best first
+            kept = []  # (score, row, symbol) of the hypotheses still open
+            for score, row, symbol in zip(best.tolist(), (flat // V).tolist(), (flat % V).tolist(), strict=True):
+                if symbol == END_ID or seq.size(1) == limit:
+                    finished.append((score, seq[row, 1:].tolist() + [symbol]))
+                else:
+                    kept.append((score, row, symbol))
+            if not kept or max((score for score, _ in finished), default=-math.inf) >= kept[0][0]:
+                break
+            rows = torch.tensor([row for _, row, _ in kept], device=src.device)  # (K',)
+            symbols = torch.tensor([[symbol] for _, _, symbol in kept], device=src.device)  # (K', 1)
+            seq = torch.cat([seq[rows], symbols], dim=1)  # (K', L+1)
+            scores = torch.tensor([score for score, _, _ in kept], device=src.device)  # (K',)
+            if cache is not None:
+                keep_rows(cache, rows)
+    return cut(max(finished, key=lambda f: f[0])[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Scores
+
+
+def edit_distance(a: list[int], b: list[int]) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions turning ``a`` into ``b``."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
+def continue_sources(model: LanguageModel, prompts: list[list[int]]) -> list[list[int]]:
+    """A decoder-only model's greedy translations: each prompt (source + BEGIN) continued up to END."""
+    device = next(model.parameters()).device
+    outputs = []
+    for ids in prompts:
+        idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, P)
+        out = generate(model, idx, model.config.block_size - len(ids) + 1, stop_ids=[END_ID], temperature=0)
+        outputs.append(cut(out[0, len(ids) :].tolist()))
+    return outputs
+
+
+def translation_scores(model: LanguageModel, batch) -> tuple[int, int, int, int]:
+    """Greedy translations of a batch of pairs against its references: (exact, examples, character edits,
+    reference characters). Exact match is exact / examples; the character error rate is edits / reference characters.
+
+    An encoder-decoder's batch is (source, target_in, target_out); a decoder-only model's is
+    (idx, targets) of ``tinylm.pairs.collate_decoder_only``, whose first scored position is BEGIN.
+    """
+    if model.translates:
+        src, _, targets = batch  # (B, S), (B, T), (B, T): targets end with END, then padding
+        predictions, references = translate(model, src), [cut(row) for row in targets.tolist()]
+    else:
+        prompts, references = [], []
+        for ids, labels in zip(batch[0].tolist(), batch[1].tolist(), strict=True):  # (L,) each
+            begin = next(i for i, label in enumerate(labels) if label != IGNORE)
+            prompts.append(ids[: begin + 1])
+            references.append(cut(labels[begin:]))
+        predictions = continue_sources(model, prompts)
+    exact = sum(p == r for p, r in zip(predictions, references, strict=True))
+    edits = sum(edit_distance(p, r) for p, r in zip(predictions, references, strict=True))
+    return exact, len(references), edits, sum(len(r) for r in references)
+
+
+# --------------------------------------------------------------------------------------------
+# Text in, text out (generate.py)
+
+
+def encode_source(tokenizer: Tokenizer, source: str, number: int, unknown: str, block_size: int) -> list[int]:
+    """The ids of source line ``number``, or one TinyLMError naming the line and the fix."""
+    missing = tokenizer.unknown(source)
+    if missing and unknown == "error":
+        raise TinyLMError(f"source line {number} has {len(missing)} character(s) outside the checkpoint's "
+                          f"vocabulary: {' '.join(repr(c) for c in missing)}: remove them or pass unknown=skip")
+    ids = tokenizer.encode("".join(c for c in source if c not in missing))
+    if not ids:
+        raise TinyLMError(f"source line {number} is empty{' once unknown characters are skipped' if missing else ''}"
+                          ": give a source to translate on every line")
+    if len(ids) > block_size:
+        raise TinyLMError(f"source line {number} is {len(ids)} characters long but the model reads at most "
+                          f"block_size={block_size}: split it or shorten it")
+    return ids
+
+
+def translate_lines(model: LanguageModel, tokenizer: Tokenizer, sources: list[str], unknown: str = "error",
+                    beam_size: int = 1, **sampling) -> Iterator[str]:
+    """One translation per source, in order. Every source is checked before the first is translated.
+
+    ``beam_size`` > 1: beam search (deterministic; the sampling options are not used). Otherwise
+    ``translate`` with ``sampling`` (temperature, top_k, top_p, generator, use_cache).
+    """
+    if unknown not in UNKNOWN_POLICIES:
+        raise TinyLMError(f"unknown={unknown!r}: choose one of {', '.join(UNKNOWN_POLICIES)}")
+    encoded = [encode_source(tokenizer, s, n, unknown, model.config.block_size) for n, s in enumerate(sources, 1)]
+    device = next(model.parameters()).device
+    for ids in encoded:
+        src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
+        if beam_size > 1:
+            out = beam_search(model, src, beam_size, sampling.get("use_cache", True))
+        else:
+            out = translate(model, src, **sampling)[0]
+        yield tokenizer.decode(out)
