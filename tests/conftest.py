@@ -39,6 +39,18 @@ def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = 
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny models decode fastest on one thread, and do not fight other processes for cores
+    (on a busy machine extra threads spin). Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def tiny_text_file(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.txt"
     path.write_text(TINY_TEXT, encoding="utf-8")

@@ -38,13 +38,7 @@ generate_cli = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(generate_cli)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models decode fastest on one thread, and do not fight other processes for cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tiny_model(pos_encoding="learned", attn_impl="sdpa", vocab_size=11) -> GPT:

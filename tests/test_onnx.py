@@ -44,12 +44,7 @@ generate_cli, export_cli = load_script("generate"), load_script("export")
 BLOCK = 8
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def trained_gpt(pos_encoding: str, tokenizer: CharTokenizer) -> GPT:

@@ -36,13 +36,7 @@ V = 13
 DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of the 600 held-out numbers (README)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from more threads, and on a busy machine extra threads spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tiny_model(pos_encoding: str = "learned", dropout: float = 0.0, seed: int = 0) -> Seq2Seq:
