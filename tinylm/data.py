@@ -127,22 +127,48 @@ def gather_windows(ids: torch.Tensor, offsets: torch.Tensor, block_size: int):
     return windows[:, :-1], windows[:, 1:]
 
 
-class RandomWindows(IterableDataset):
-    """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s)."""
+class SeededBatches(IterableDataset):
+    """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s), so a
+    resumed run (``start_step``) draws exactly what an uninterrupted one would. ``draw(generator)``
+    makes one batch."""
 
-    def __init__(self, ids, block_size, batch_size, seed, rank=0, start_step=0):
-        self.ids, self.block_size, self.batch_size = ids, block_size, batch_size
+    def __init__(self, seed, rank=0, start_step=0):
         self.seed, self.rank, self.start_step = seed, rank, start_step
+
+    def draw(self, generator: torch.Generator):
+        raise NotImplementedError
 
     def __iter__(self):
         generator = torch.Generator()
-        high = len(self.ids) - self.block_size  # valid offsets: 0 .. len - T - 1
         step = self.start_step
         while True:
             generator.manual_seed(hash((self.seed, self.rank, step)) & 0x7FFF_FFFF_FFFF_FFFF)
-            offsets = torch.randint(high, (self.batch_size,), generator=generator)
-            yield gather_windows(self.ids, offsets, self.block_size)
+            yield self.draw(generator)
             step += 1
+
+
+class RandomWindows(SeededBatches):
+    """Random windows of a token stream: x, y (B, T) per batch."""
+
+    def __init__(self, ids, block_size, batch_size, seed, rank=0, start_step=0):
+        super().__init__(seed, rank, start_step)
+        self.ids, self.block_size, self.batch_size = ids, block_size, batch_size
+
+    def draw(self, generator: torch.Generator):
+        high = len(self.ids) - self.block_size  # valid offsets: 0 .. len - T - 1
+        offsets = torch.randint(high, (self.batch_size,), generator=generator)
+        return gather_windows(self.ids, offsets, self.block_size)
+
+
+def stream_position(trainer) -> tuple[int, int]:
+    """(rank, step) a training stream starts at: where a resumed run left off."""
+    return (trainer.global_rank, trainer.global_step) if trainer is not None else (0, 0)
+
+
+def batch_loader(batches) -> DataLoader:
+    """Batches as they are (no collation), with the loader's own generator: creating its iterator
+    must not draw from the global RNG (dropout's)."""
+    return DataLoader(batches, batch_size=None, generator=torch.Generator())
 
 
 class TextDataModule(L.LightningDataModule):
@@ -236,18 +262,9 @@ class TextDataModule(L.LightningDataModule):
         self.prepare()
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        rank = trainer.global_rank if trainer is not None else 0
-        start = trainer.global_step if trainer is not None else 0
-        dataset = RandomWindows(
-            self.train_ids, self.block_size, self.batch_size, self.seed, rank, start
-        )
-        # own generator: creating the iterator must not draw from the global RNG (dropout's)
-        return DataLoader(dataset, batch_size=None, generator=torch.Generator())
+        rank, start = stream_position(self.trainer)
+        return batch_loader(RandomWindows(self.train_ids, self.block_size, self.batch_size, self.seed, rank, start))
 
     def val_dataloader(self) -> DataLoader:
-        batches = [
-            gather_windows(self.val_ids, offsets, self.block_size)
-            for offsets in self.val_offsets.split(self.batch_size)
-        ]
-        return DataLoader(batches, batch_size=None, generator=torch.Generator())
+        return batch_loader([gather_windows(self.val_ids, offsets, self.block_size)
+                             for offsets in self.val_offsets.split(self.batch_size)])

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-from tinylm.data import DEFAULT_MAX_MIB, read_text
+from tinylm.data import DEFAULT_MAX_MIB, SeededBatches, batch_loader, read_text, stream_position
 from tinylm.errors import TinyLMError
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
 from tinylm.numbers_zh import numbers_zh_pairs
@@ -88,21 +88,16 @@ def collate_decoder_only(examples: list[tuple[list[int], list[int]]]):
     return idx, targets
 
 
-class RandomPairs(IterableDataset):
-    """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s)."""
+class RandomPairs(SeededBatches):
+    """Random pairs, collated: one training batch per step."""
 
     def __init__(self, examples, batch_size, seed, rank=0, start_step=0, collate_fn=collate):
+        super().__init__(seed, rank, start_step)
         self.examples, self.batch_size, self.collate_fn = examples, batch_size, collate_fn
-        self.seed, self.rank, self.start_step = seed, rank, start_step
 
-    def __iter__(self):
-        generator = torch.Generator()
-        step = self.start_step
-        while True:
-            generator.manual_seed(hash((self.seed, self.rank, step)) & 0x7FFF_FFFF_FFFF_FFFF)
-            picks = torch.randint(len(self.examples), (self.batch_size,), generator=generator)
-            yield self.collate_fn([self.examples[i] for i in picks.tolist()])
-            step += 1
+    def draw(self, generator: torch.Generator):
+        picks = torch.randint(len(self.examples), (self.batch_size,), generator=generator)
+        return self.collate_fn([self.examples[i] for i in picks.tolist()])
 
 
 class PairDataModule(L.LightningDataModule):
@@ -185,12 +180,8 @@ class PairDataModule(L.LightningDataModule):
         self.prepare()
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        rank = trainer.global_rank if trainer is not None else 0
-        start = trainer.global_step if trainer is not None else 0
-        dataset = RandomPairs(self.train_examples, self.batch_size, self.seed, rank, start, self.collate)
-        # own generator: creating the iterator must not draw from the global RNG (dropout's)
-        return DataLoader(dataset, batch_size=None, generator=torch.Generator())
+        rank, start = stream_position(self.trainer)
+        return batch_loader(RandomPairs(self.train_examples, self.batch_size, self.seed, rank, start, self.collate))
 
     def val_batches_list(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """The fixed validation batches: a seeded choice of held-out pairs, at most val_batches x batch_size."""
@@ -199,4 +190,4 @@ class PairDataModule(L.LightningDataModule):
         return [self.collate(chosen[i : i + self.batch_size]) for i in range(0, len(chosen), self.batch_size)]
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_batches_list(), batch_size=None, generator=torch.Generator())
+        return batch_loader(self.val_batches_list())
