@@ -158,10 +158,12 @@ def test_an_export_that_does_not_match_pytorch_is_not_kept(exported, monkeypatch
     monkeypatch.setattr(onnx_export, "trace", lambda model: onnx.load(str(path)))  # the same graph, quickly
     out = tmp_path / "again.onnx"
     assert export_onnx(model, tokenizer, out) == out and out.is_file()
+    before = out.read_bytes()
     monkeypatch.setattr(onnx_export, "TOLERANCE", -1.0)
-    with pytest.raises(TinyLMError, match=r"failed its check, its logits are \S+ from PyTorch's .* was not kept"):
+    with pytest.raises(TinyLMError, match=r"failed its check, its logits are \S+ from PyTorch's .* so it was not "
+                                          rf"kept \({re.escape(str(out))} is unchanged\)"):
         export_onnx(model, tokenizer, out)
-    assert not out.exists()
+    assert out.read_bytes() == before and list(tmp_path.iterdir()) == [out]  # the earlier export, as it was
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,15 +19,19 @@ no past, as ``tinylm.generation`` does (``tinylm.onnx_runtime``).
 
 The file carries everything else as JSON in its ``metadata_props`` (keys in ``tinylm.onnx_runtime``):
 the format, the tinylm version, the model config, the tokenizer state, the training step, the
-parameter count and the context window. After writing, the file is checked with ``onnx.checker``
-and its logits compared with PyTorch's on random ids.
+parameter count and the context window. The graph is checked with ``onnx.checker``, written to a
+temporary file next to the target and its logits compared there with PyTorch's on random ids; only
+then is it renamed over the target, so a failure of any kind leaves an earlier export as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import json
 import logging
+import os
 import re
 import warnings
 from dataclasses import asdict
@@ -150,10 +154,62 @@ def compare_logits(model: LanguageModel, path: Path) -> float:
     return worst
 
 
+def check_output(out: Path) -> None:
+    """Refuse in one line, before the long trace, an ``out`` whose folder cannot be made or written."""
+    folder = out.parent
+    while not folder.exists():  # the nearest folder that is there: the rest is made at write time
+        folder = folder.parent
+    if not folder.is_dir():
+        raise TinyLMError(f"cannot write {out}: {folder} is a file, not a folder: choose another out=FILE.onnx")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TinyLMError(f"cannot write {out}: the folder {folder} is not writable: choose another "
+                          "out=FILE.onnx or make the folder writable")
+
+
+def file_problem(model: LanguageModel, path: Path) -> str | None:
+    """Why the written file ``path`` is not the model (None: it is): ONNX Runtime's logits against PyTorch's."""
+    try:
+        worst = compare_logits(model, path)
+    except Exception as e:  # onnxruntime refusing a shape the graph should take, or load_onnx refusing the file
+        return f"ONNX Runtime cannot run it ({one_line(e)})"
+    return None if worst <= TOLERANCE else f"its logits are {worst:.2g} from PyTorch's (over {TOLERANCE:g})"
+
+
+def write_checked(proto, model: LanguageModel, out: Path) -> None:
+    """Write ``proto`` to a temporary file next to ``out``, fsync and check it, then rename it over ``out``.
+
+    As ``tinylm.safety.AtomicCheckpointIO``: ``out`` only ever changes by that rename, so kill -9,
+    a full disk or a failed check leaves the file that was there (or none) as it was.
+    """
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # one per process: two exports never share one
+    kept = f"{out} is unchanged" if out.exists() else f"nothing was written to {out}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(proto.SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+        problem = file_problem(model, tmp)
+        if problem:
+            raise TinyLMError(f"the exported file failed its check, {problem}, so it was not kept ({kept}): "
+                              "please report it with the checkpoint's model config")
+        os.replace(tmp, out)  # atomic on POSIX: readers see the old file or the new one
+    except OSError as e:  # a full disk, no permission, a read-only file system
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        fix = "free some space or choose" if full else "check its permissions or choose"
+        raise TinyLMError(f"could not write {out} ({e.strerror or one_line(e)}), so {kept}: {fix} "
+                          "another out=FILE.onnx") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
 def export_onnx(model: LanguageModel, tokenizer: Tokenizer, out: str | Path, global_step: int | None = None) -> Path:
-    """Write ``model`` and ``tokenizer`` to the ONNX file ``out``, then check it; returns its path."""
+    """Write ``model`` and ``tokenizer`` to the ONNX file ``out``, checked; returns its path."""
     require_export_packages()
     check_exportable(model)
+    out = Path(out)
+    check_output(out)
     import onnx  # the onnx extra, there now
 
     model.eval()  # no dropout in the graph
@@ -164,16 +220,5 @@ def export_onnx(model: LanguageModel, tokenizer: Tokenizer, out: str | Path, glo
     except onnx.checker.ValidationError as e:
         raise TinyLMError(f"the exported graph fails onnx.checker ({one_line(e)}): "
                           "please report it with the checkpoint's model config") from None
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(proto, out)
-    try:
-        worst = compare_logits(model, out)
-        problem = None if worst <= TOLERANCE else f"its logits are {worst:.2g} from PyTorch's (over {TOLERANCE:g})"
-    except Exception as e:  # onnxruntime refusing a shape the graph should take
-        problem = f"ONNX Runtime cannot run it ({one_line(e)})"
-    if problem:
-        out.unlink()
-        raise TinyLMError(f"the exported file failed its check, {problem}, so {out} was not kept: please "
-                          "report it with the checkpoint's model config")
+    write_checked(proto, model, out)
     return out

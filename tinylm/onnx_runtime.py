@@ -62,7 +62,12 @@ class OnnxModel:
 
     def run(self, ids: np.ndarray, past: tuple[np.ndarray, np.ndarray]):
         """ids (B, T) after the positions of ``past`` -> logits (B, T, V) and the keys and values of all."""
-        logits, keys, values = self.session.run(OUTPUTS, dict(zip(INPUTS, (ids, *past), strict=True)))
+        try:
+            logits, keys, values = self.session.run(OUTPUTS, dict(zip(INPUTS, (ids, *past), strict=True)))
+        except Exception as e:  # onnxruntime's own types (Fail, InvalidArgument, ...) derive from Exception only
+            raise TinyLMError(f"ONNX Runtime failed to run {self.path} on input_ids of shape {ids.shape} after "
+                              f"{past[0].shape[3]} earlier positions ({one_line(e)}): the file is damaged or its "
+                              f"metadata is wrong: {EXPORT_HINT}") from None
         return logits, (keys, values)
 
 
@@ -71,21 +76,102 @@ def one_line(error: Exception) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
 
 
+# Every field of an ONNX file that can hold a TensorProto, by message, with the message it holds
+# (field numbers of onnx/onnx.proto): ModelProto.graph, .training_info, .functions; a function's
+# nodes and attribute defaults; a graph's nodes, initializers and sparse initializers; an
+# attribute's t, g, tensors, graphs, sparse_tensor, sparse_tensors; a sparse tensor's values, indices.
+TENSOR_PATHS = {
+    "ModelProto": {7: "GraphProto", 20: "TrainingInfoProto", 25: "FunctionProto"},
+    "TrainingInfoProto": {1: "GraphProto", 2: "GraphProto"},
+    "FunctionProto": {7: "NodeProto", 11: "AttributeProto"},
+    "GraphProto": {1: "NodeProto", 5: "TensorProto", 15: "SparseTensorProto"},
+    "NodeProto": {5: "AttributeProto"},
+    "AttributeProto": {5: "TensorProto", 6: "GraphProto", 10: "TensorProto", 11: "GraphProto",
+                       22: "SparseTensorProto", 23: "SparseTensorProto"},
+    "SparseTensorProto": {1: "TensorProto", 2: "TensorProto"},
+    "TensorProto": {},
+}
+EXTERNAL_DATA, DATA_LOCATION, EXTERNAL = 13, 14, 1  # TensorProto.external_data, .data_location; DataLocation
+
+
+def _varint(data: memoryview, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while i < len(data) and shift < 64:
+        value |= (data[i] & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if data[i - 1] < 0x80:
+            return value, i
+    raise ValueError("a truncated or overlong varint")
+
+
+def _fields(data: memoryview) -> Iterator[tuple[int, int, memoryview | int | None]]:
+    """(field number, wire type, value) of one protobuf message: an int (varint), bytes (length-delimited)."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        value = None
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 2:
+            length, i = _varint(data, i)
+            value, i = data[i : i + length], i + length
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        if i > len(data):
+            raise ValueError("a field runs past the end of its message")
+        yield number, wire, value
+
+
+def uses_external_data(data: bytes) -> bool:
+    """Whether any tensor of the ONNX file ``data`` (in a graph, subgraph, function, attribute,
+    sparse tensor or training graph) keeps its data in another file. Read from the protobuf wire
+    format directly, so that it needs no ``onnx`` package. Raises ValueError for bytes that are
+    not protobuf."""
+    stack = [("ModelProto", memoryview(data))]
+    while stack:  # a loop, not recursion: nesting depth is the file's to choose
+        kind, message = stack.pop()
+        for number, wire, value in _fields(message):
+            if kind == "TensorProto" and (number == EXTERNAL_DATA or (number, value) == (DATA_LOCATION, EXTERNAL)):
+                return True
+            if wire == 2 and number in TENSOR_PATHS[kind]:
+                stack.append((TENSOR_PATHS[kind][number], value))
+    return False
+
+
 def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
-    """Open an ONNX file written by export.py; anything else is refused with one TinyLMError line."""
+    """Open an ONNX file written by export.py; anything else is refused with one TinyLMError line.
+
+    The file is read once: those bytes are checked for external data (tinylm never writes any, and
+    it would let the file read other files of its folder) and then given to ONNX Runtime, so the
+    session runs exactly what was checked.
+    """
     path = Path(path)
     if not path.is_file():
         raise TinyLMError(f"checkpoint file {path} does not exist: check ckpt_path=...")
     ort = import_onnxruntime()
+    unreadable = f"{path} could not be read as an ONNX model"
+    corrupt = f"it is corrupted, truncated or not ONNX: {EXPORT_HINT}"
+    try:
+        data = path.read_bytes()
+        external = uses_external_data(data)
+    except OSError as e:
+        raise TinyLMError(f"{unreadable} ({e.strerror or one_line(e)}): check its permissions") from None
+    except ValueError as e:
+        raise TinyLMError(f"{unreadable} ({one_line(e)}): {corrupt}") from None
+    if external:
+        raise TinyLMError(f"{path} keeps tensors in other files (ONNX external data), which tinylm never writes "
+                          f"and will not read: {EXPORT_HINT}")
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: stderr keeps to the checkpoint line
+    options.log_severity_level = 4  # fatal only: errors come back as exceptions, each one error: line
     if threads:
         options.intra_op_num_threads = threads
     try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime raises its own types for bad bytes, bad graphs, missing data
-        raise TinyLMError(f"{path} could not be read as an ONNX model ({one_line(e)}): it is corrupted, "
-                          f"truncated or not ONNX: {EXPORT_HINT}") from None
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own types for bad bytes and bad graphs
+        raise TinyLMError(f"{unreadable} ({one_line(e)}): {corrupt}") from None
     meta = session.get_modelmeta().custom_metadata_map
     try:
         if FORMAT_KEY not in meta:
@@ -98,10 +184,47 @@ def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
         layers, _, heads, _, head_size = session.get_inputs()[1].shape
         config, tokenizer = json.loads(meta[CONFIG_KEY]), tokenizer_from_state(json.loads(meta[TOKENIZER_KEY]))
         model = OnnxModel(session, tokenizer, path, json.loads(meta[STEP_KEY]), int(json.loads(meta[PARAMS_KEY])),
-                          int(json.loads(meta[WINDOW_KEY])), config, (int(layers), int(heads), int(head_size)))
+                          json.loads(meta[WINDOW_KEY]), config, (int(layers), int(heads), int(head_size)))
     except (KeyError, TypeError, ValueError) as e:  # json.JSONDecodeError is a ValueError
         raise TinyLMError(f"{path} is not an ONNX model exported by tinylm ({one_line(e)}): {EXPORT_HINT}") from None
+    problem = metadata_problem(model)
+    if problem:
+        raise TinyLMError(f"{path} has inconsistent metadata: {problem}: the file was altered or damaged: "
+                          f"{EXPORT_HINT}")
     return model
+
+
+def is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def metadata_problem(model: OnnxModel) -> str | None:
+    """What in the metadata disagrees with itself or with the graph (None: nothing).
+
+    The context window must be the model config's block_size, the config's layers, heads and head
+    size the graph's past_keys dims, and the vocabulary the tokenizer's and the logits' size, which
+    one step on one token (also a check that the graph runs) shows.
+    """
+    config, window = model.config, model.context_window
+    if not is_size(window):
+        return f"{WINDOW_KEY}={window!r} must be a positive integer"
+    keys = ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers")
+    sizes = [config.get(key) for key in keys] if isinstance(config, dict) else [None]
+    if not all(is_size(size) for size in sizes):
+        return f"{CONFIG_KEY} needs positive integers {', '.join(keys)}"
+    vocab, block_size, n_embd, heads, layers = sizes
+    if window != block_size:
+        return f"{WINDOW_KEY}={window} but the model config's block_size={block_size}"
+    if (layers, heads, n_embd // heads) != model.past_dims:
+        return (f"the graph's past_keys have (layers, heads, head size) {model.past_dims}, the model config "
+                f"{(layers, heads, n_embd // heads)}")
+    if model.tokenizer.vocab_size != vocab:
+        return f"the tokenizer has {model.tokenizer.vocab_size} symbols, the model config's vocab_size={vocab}"
+    logits, (keys_out, _) = model.run(np.zeros((1, 1), np.int64), model.empty_past(1))
+    if logits.shape != (1, 1, vocab) or keys_out.shape != (layers, 1, heads, 1, n_embd // heads):
+        return (f"one step gives logits of shape {logits.shape} and present_keys of shape {keys_out.shape}, "
+                f"not {(1, 1, vocab)} and {(layers, 1, heads, 1, n_embd // heads)}")
+    return None
 
 
 # --------------------------------------------------------------------------------------------
