@@ -23,7 +23,8 @@ from tinylm import onnx_export
 from tinylm.errors import TinyLMError
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.onnx_export import export_onnx
-from tinylm.onnx_runtime import TENSOR_PATHS, load_onnx, uses_external_data
+from tinylm.onnx_external import TENSOR_PATHS, uses_external_data
+from tinylm.onnx_runtime import load_onnx
 from tinylm.tokenizer import CharTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
