@@ -92,3 +92,25 @@ def test_train_py_says_it_in_one_error_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [f"error: invalid config: {UNKNOWN['+model.n_emb=32']}"]
+
+
+# --------------------------------------------------------------------------------------------
+# Low items: data.val_fraction, python -m tinylm.compare
+
+
+@pytest.mark.parametrize(("text", "val_fraction", "block_size", "left"), [
+    (None, 0.999, 32, " for training"),  # the embedded corpus: was "-27 training windows"
+    ("abcdefghij" * 10, 0.92, 8, "leaving 8 for training"),  # no window at all: was "0 training windows"
+])
+def test_too_few_training_windows_says_lower_val_fraction(tmp_path, text, val_fraction, block_size, left):
+    path = None
+    if text:
+        path = tmp_path / "t.txt"
+        path.write_text(text, encoding="utf-8")
+    data = TextDataModule(path=path, val_fraction=val_fraction, block_size=block_size)
+    with pytest.raises(TinyLMError) as info:
+        data.prepare()
+    message = str(info.value)
+    assert message.startswith(f"too few training windows remain: data.val_fraction={val_fraction:g} holds out ")
+    assert left in message and f"fewer than block_size+1={block_size + 1}" in message
+    assert "lower data.val_fraction" in message and " -" not in message

@@ -247,6 +247,12 @@ class TextDataModule(L.LightningDataModule):
                 f"(raise data.val_fraction or data.repeat, or lower model.block_size)"
             )
         windows = len(self.train_ids) - self.block_size
+        if windows < 1:
+            raise TinyLMError(
+                f"too few training windows remain: data.val_fraction={self.val_fraction:g} holds out "
+                f"{len(self.val_ids)} of the {total} tokens, leaving {len(self.train_ids)} for training, fewer "
+                f"than block_size+1={need}: lower data.val_fraction (e.g. 0.1), or use a longer text (data.repeat=N)"
+            )
         if windows < self.batch_size:
             raise TinyLMError(
                 f"data.batch_size={self.batch_size} is larger than the {windows} training windows "
