@@ -1,17 +1,22 @@
 """Issue 23: a key that nothing takes is one line naming the keys that are taken, before anything is
-built or read; and the low items of the config, data, resume and compare commands."""
+built or read; too few training windows; a resume on an edited text says so."""
 
 import inspect
+import logging
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, compose
+import torch
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 
 from tinylm.config import RULES, SET_BY_TRAIN, config_problems, validate
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.pairs import PairDataModule
+from tinylm.resume import check_resume
+from tinylm.training import build_datamodule, build_module
+from tinylm.training import main as train_main
 
 GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
 PAIRS = ("tinylm.pairs.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, val_fraction, val_batches, "
@@ -95,7 +100,7 @@ def test_train_py_says_it_in_one_error_line(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Low items: data.val_fraction, python -m tinylm.compare
+# Low items: data.val_fraction, a resume on an edited text
 
 
 @pytest.mark.parametrize(("text", "val_fraction", "block_size", "left"), [
@@ -114,3 +119,60 @@ def test_too_few_training_windows_says_lower_val_fraction(tmp_path, text, val_fr
     assert message.startswith(f"too few training windows remain: data.val_fraction={val_fraction:g} holds out ")
     assert left in message and f"fewer than block_size+1={block_size + 1}" in message
     assert "lower data.val_fraction" in message and " -" not in message
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A 2-step run (in-process) on a repeated text; returns its config and its last checkpoint."""
+    root = tmp_path_factory.mktemp("identity")
+    text = root / "tiny.txt"
+    text.write_text(TINY_TEXT * 30, encoding="utf-8")
+    cfg = compose(*TINY_MODEL, f"data.path={text}", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                  "callbacks=minimal", "logger=none", output_dir=root / "run")
+    train_main(cfg)
+    return cfg, root / "run" / "checkpoints" / "last.ckpt"
+
+
+def resume_check(cfg, ckpt, caplog) -> list[str]:
+    """What train.py checks before a resume trains (the data read anew, the model built on it): the warnings."""
+    data = build_datamodule(cfg)
+    data.prepare()
+    module = build_module(cfg, data)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
+        assert check_resume(ckpt, dict(module.hparams.model), module.tokenizer_state, data.identity) == 2
+    return [r.getMessage() for r in caplog.records if r.name == "tinylm.resume"]
+
+
+def test_a_checkpoint_records_its_data_as_plain_data(tiny_run):
+    cfg, ckpt = tiny_run
+    recorded = torch.load(ckpt, map_location="cpu", weights_only=True)["data"]
+    assert recorded["path"] == cfg.data.path and recorded["tokens"] == len(TINY_TEXT) * 30
+    assert len(recorded["sha256"]) == 64
+
+
+def test_a_resume_on_an_edited_text_of_the_same_vocabulary_warns_once(tiny_run, caplog):
+    cfg, ckpt = tiny_run
+    assert resume_check(cfg, ckpt, caplog) == []  # the same text: nothing to say
+    text = ROOT.joinpath(cfg.data.path)
+    original = text.read_text(encoding="utf-8")
+    text.write_text(TINY_TEXT * 31, encoding="utf-8")  # longer, the same characters
+    try:
+        (warning,) = resume_check(cfg, ckpt, caplog)
+    finally:
+        text.write_text(original, encoding="utf-8")
+    tokens = len(TINY_TEXT)
+    assert warning == (f"data.path={text} is not the text checkpoint {ckpt} was trained on ({tokens * 31} tokens now, "
+                       f"{tokens * 30} then; the same vocabulary): the validation split and the training windows "
+                       "differ from the checkpoint's data, so loss/val before and after this resume are not comparable")
+
+
+@pytest.mark.parametrize("name", ["release-0.1-gpt-rope.ckpt", "release-0.1-lstm.ckpt"])
+def test_a_checkpoint_without_a_data_record_loads_without_a_warning(caplog, name):
+    ckpt = ROOT / "tests" / "fixtures" / name
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    identity = {"path": "other.txt", "tokens": 1, "sha256": "0" * 64}
+    with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
+        assert check_resume(ckpt, {"arch": "gpt", **saved["model_config"]}, saved["tokenizer"], identity) == \
+            saved["global_step"]
+    assert [r for r in caplog.records if r.name == "tinylm.resume"] == []
