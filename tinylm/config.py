@@ -275,7 +275,7 @@ def unknown_keys(cfg: DictConfig) -> dict[str, str]:
             continue
         try:
             target = _locate(node["_target_"])
-        except Exception:  # noqa: BLE001 -- Hydra's _locate raises whatever the import raised
+        except Exception:  # Hydra's _locate raises whatever the import raised
             problems[f"{where}._target_"] = (f"{where}._target_={node['_target_']!r} is not a class or function "
                                              "Python can import: check its spelling")
             continue
