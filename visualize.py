@@ -65,6 +65,17 @@ def write_attention_pngs(model, tokenizer: Tokenizer, ids: list[int], out_dir: P
     ]
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """One clear error, before anything is drawn, if the PNGs cannot go into ``out_dir`` (nothing is created)."""
+    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    if not existing.is_dir():
+        raise TinyLMError(f"cannot write the PNGs into {out_dir}: {existing} is a file, not a folder; "
+                          "pass out_dir=DIR, a folder (or a new name)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TinyLMError(f"cannot write the PNGs into {out_dir}: {existing} is not writable; "
+                          "pass out_dir=DIR, a folder you can write to")
+
+
 def run(cfg: DictConfig) -> list[Path]:
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)
@@ -75,12 +86,18 @@ def run(cfg: DictConfig) -> list[Path]:
                       loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
                else path.parent / f"{path.stem}-attention")
+    check_out_dir(out_dir)
     note = f"{path.name}, step {loaded.global_step}"
-    if loaded.model.translates:
-        figures = plotting.translation_figures(loaded.model, loaded.tokenizer, ids, note=note)
-        written = [plotting.save_png(figure, out_dir / f"{name}.png") for name, figure in figures]
-    else:
-        written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir, note=note)
+    try:
+        if loaded.model.translates:
+            figures = plotting.translation_figures(loaded.model, loaded.tokenizer, ids, note=note)
+            written = [plotting.save_png(figure, out_dir / f"{name}.png") for name, figure in figures]
+        else:
+            written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir, note=note)
+    except OSError as e:  # what the check could not know: a full disk, a read-only mount, a race
+        raise TinyLMError(f"could not write the PNGs into {out_dir}: {e.strerror or e}"
+                          f"{f' ({e.filename})' if e.filename else ''}; pass out_dir=DIR, a folder you can "
+                          "write to") from None
     for png in written:
         print(png)
     return written

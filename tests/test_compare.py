@@ -122,6 +122,21 @@ def test_bad_arguments_are_one_error_line(tmp_path, capsys, args, message):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("args", [[], ["--steps", "5"]])
+def test_no_comparison_lists_them_and_ends_with_a_usage_line(capsys, args):
+    """It said "the following arguments are required: which, overrides"; overrides are optional."""
+    with pytest.raises(SystemExit) as info:
+        compare.main(args)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "choose a comparison:"
+    assert [line.split()[0] for line in lines[1:-1]] == [*compare.comparisons(1, 1), "all"]
+    assert lines[1] == "  positions   Position encodings: learned | sinusoidal | rope"
+    assert lines[-2] == "  all         the four text comparisons: positions | tokenizers | rnn | tricks"
+    assert lines[-1].startswith("usage: python -m tinylm.compare COMPARISON [options]")
+    assert "overrides" not in " ".join(lines[:-1]) and "required" not in " ".join(lines)
+
+
 def run_compare(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "tinylm.compare", *args], capture_output=True, text=True,

@@ -72,8 +72,10 @@ BAD = {
     "data.path=[a,b]": "data.path=['a', 'b'] must be a file path or null",
     "data.url=[1]": "data.url=[1] must be a URL or null",
     "data.sha256=abc": "data.sha256='abc' must be the file's SHA-256 (64 hex digits) or null",
-    "+data.foo=1": "data.foo is unknown: remove it (the data settings are in conf/data/)",
-    "+optim.eps=1e-8": "optim.eps is unknown: remove it (the optim settings are in conf/optim/)",
+    "+data.foo=1": "data.foo is unknown: remove it (tinylm.data.TextDataModule takes path, tokenizer, batch_size, "
+                   "val_fraction, val_batches, repeat, encoding, errors, url, sha256, bpe_vocab_size, max_mib)",
+    "+optim.eps=1e-8": "optim.eps is unknown: remove it (optim takes lr, weight_decay, betas, warmup_steps, "
+                       "decay_steps, min_lr_ratio)",
     # item 9: each of the two decoding keys is named by its own line
     "data.errors=foo": f"data.errors='foo' {HANDLERS}",
     "data.errors=xmlcharrefreplace": f"data.errors='xmlcharrefreplace' {HANDLERS}",
@@ -93,8 +95,7 @@ BAD = {
                                                               "must be false: training is one endless epoch, so check "
                                                               "at each validation",
     "+callbacks.early_stopping.mode=max": "callbacks.early_stopping.mode is unknown: remove it (early stopping takes "
-                                          "monitor, patience, min_delta and check_on_train_epoch_end; see "
-                                          "conf/callbacks/default.yaml)",
+                                          "monitor, patience, min_delta, check_on_train_epoch_end)",
 }
 
 
@@ -165,4 +166,4 @@ def test_data_block_size_is_gone(tmp_path):
     with pytest.raises(ConfigCompositionException, match="data.block_size"):
         compose("data.block_size=64", output_dir=tmp_path)
     assert config_problems(compose("+data.block_size=64", output_dir=tmp_path)) == [
-        "data.block_size is unknown: remove it (the data settings are in conf/data/)"]
+        "data.block_size is not a setting: train.py sets it from model.block_size; remove it"]

@@ -100,3 +100,60 @@ def test_help_shows_only_its_own_options(tmp_path):
         assert f"\n{key}=" in proc.stdout
     for group in ("data", "model", "optim", "trainer", "Configuration groups"):
         assert group + ":" not in proc.stdout and group + "=" not in proc.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Where the PNGs go (in-process): a file in the way or a folder that cannot be written is one line
+
+
+def visualize_in_process(*overrides: str):
+    """visualize.py's ``run`` on its composed config; the TinyLMError it raises is the one error line."""
+    import importlib.util
+
+    from hydra import compose, initialize_config_dir
+
+    spec = importlib.util.spec_from_file_location("visualize_cli", ROOT / "visualize.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("visualize", overrides=list(overrides))
+    return cli.run(cfg)
+
+
+@pytest.mark.parametrize("where", ["a file", "a file/below it"])
+def test_a_file_in_the_way_is_one_line_before_anything_is_drawn(run_dir, tmp_path, where):
+    from tinylm.errors import TinyLMError
+
+    (tmp_path / "a file").write_text("mine")
+    with pytest.raises(TinyLMError) as info:
+        visualize_in_process(f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"out_dir={tmp_path / where}")
+    assert str(info.value) == (f"cannot write the PNGs into {tmp_path / where}: {tmp_path / 'a file'} is a file, "
+                               "not a folder; pass out_dir=DIR, a folder (or a new name)")
+    assert (tmp_path / "a file").read_text() == "mine" and sorted(tmp_path.iterdir()) == [tmp_path / "a file"]
+
+
+def test_a_folder_that_cannot_be_written_is_one_line(run_dir, tmp_path, monkeypatch):
+    """As root chmod blocks nothing: the checks are told no (os.access), the writes fail with EACCES."""
+    import errno
+
+    from tinylm import plotting
+    from tinylm.errors import TinyLMError
+
+    ckpt, out = f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", tmp_path / "pngs"
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "access", lambda path, mode: False)
+        with pytest.raises(TinyLMError) as info:
+            visualize_in_process(ckpt, f"out_dir={out}")
+    assert str(info.value) == (f"cannot write the PNGs into {out}: {tmp_path} is not writable; pass out_dir=DIR, "
+                               "a folder you can write to")
+
+    def refused(fig, path):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(plotting, "save_png", refused)
+    with pytest.raises(TinyLMError) as info:
+        visualize_in_process(ckpt, f"out_dir={out}")
+    png = out / "attention_layer0.png"
+    assert str(info.value) == (f"could not write the PNGs into {out}: Permission denied ({png}); pass out_dir=DIR, "
+                               "a folder you can write to")
+    assert list(tmp_path.iterdir()) == []

@@ -227,6 +227,11 @@ class TextDataModule(L.LightningDataModule):
         #                    = (loss per token / ln 2) / (characters per token), for every tokenizer.
         self.val_chars_per_token = max(len(val_text), 1) / max(len(self.val_ids), 1)
         self._check_lengths()
+        # what a checkpoint records of its data (tinylm.module): a resume on an edited text can tell
+        digest = hashlib.sha256(self.train_ids.numpy().tobytes())
+        digest.update(self.val_ids.numpy().tobytes())
+        self.identity = {"path": str(self.path), "tokens": len(self.train_ids) + len(self.val_ids),
+                         "sha256": digest.hexdigest()}
         generator = torch.Generator().manual_seed(self.seed)
         count = self.val_batches * self.batch_size
         self.val_offsets = torch.randint(len(self.val_ids) - self.block_size, (count,), generator=generator)
@@ -247,6 +252,12 @@ class TextDataModule(L.LightningDataModule):
                 f"(raise data.val_fraction or data.repeat, or lower model.block_size)"
             )
         windows = len(self.train_ids) - self.block_size
+        if windows < 1:
+            raise TinyLMError(
+                f"too few training windows remain: data.val_fraction={self.val_fraction:g} holds out "
+                f"{len(self.val_ids)} of the {total} tokens, leaving {len(self.train_ids)} for training, fewer "
+                f"than block_size+1={need}: lower data.val_fraction (e.g. 0.1), or use a longer text (data.repeat=N)"
+            )
         if windows < self.batch_size:
             raise TinyLMError(
                 f"data.batch_size={self.batch_size} is larger than the {windows} training windows "

@@ -7,8 +7,8 @@ decoder-only one, is also scored at each validation on the exact match and the c
 rate of its greedy translations (``val/exact_match``, ``val/cer``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
-tokenizer (``tokenizer`` key) and the weights, so ``torch.load(path, weights_only=True)`` reads them
-and a checkpoint alone is enough to generate.
+tokenizer (``tokenizer`` key), the data's identity (``data``: path, token count, hash of the ids) and the
+weights, so ``torch.load(path, weights_only=True)`` reads them and a checkpoint alone is enough to generate.
 """
 
 from __future__ import annotations
@@ -141,6 +141,11 @@ class LitLanguageModel(L.LightningModule):
         # dropout's random state, so a resumed run draws the same masks as an uninterrupted one
         checkpoint["torch_rng_state"] = torch.get_rng_state()
         checkpoint["best_val"] = {"loss": self.best_val_loss, "step": self.best_step}
+        # the data's path, token count and hash of its ids, for tinylm.resume.check_resume (a data module without one,
+        # and checkpoints before it, record none)
+        identity = getattr(self.trainer.datamodule, "identity", None)
+        if identity is not None:
+            checkpoint["data"] = dict(identity)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "torch_rng_state" in checkpoint:

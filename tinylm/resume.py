@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -143,8 +144,13 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     return [argv[0], *flags, *hydra_lines, *merge_overrides(saved + changes), *new_ckpt]
 
 
-def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict) -> int:
-    """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training."""
+def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, data: dict | None = None) -> int:
+    """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training.
+
+    ``data``: the data module's ``identity`` (path, token count, hash of the ids). Where the checkpoint
+    records another text of the same vocabulary (an edited file), one warning says that the
+    validation split and the windows differ; a checkpoint that records none is not compared.
+    """
     checkpoint = read_checkpoint(find_checkpoint(ckpt_path=path))
     saved = {"arch": "gpt", **checkpoint["model_config"]}  # release 0.1 wrote no arch for a GPT
     different = [f"{k}={saved.get(k)!r} (config: {model_config.get(k)!r})"
@@ -162,6 +168,12 @@ def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict) ->
             f"({tokenizer_state['kind']}, {model_config.get('vocab_size')} symbols); resume with the run's own "
             "text and data.tokenizer, or start a new run without ckpt_path"
         )
+    trained_on = checkpoint.get("data")  # absent from checkpoints before the data had an identity
+    if isinstance(trained_on, dict) and data is not None and trained_on.get("sha256") != data["sha256"]:
+        logging.getLogger(__name__).warning(
+            "data.path=%s is not the text checkpoint %s was trained on (%s tokens now, %s then; the same vocabulary): "
+            "the validation split and the training windows differ from the checkpoint's data, so loss/val before and "
+            "after this resume are not comparable", data["path"], path, data["tokens"], trained_on.get("tokens"))
     return int(checkpoint.get("global_step", 0))
 
 

@@ -12,6 +12,8 @@ from tinylm.compare.spec import comparisons
 from tinylm.data import read_text
 from tinylm.errors import TinyLMError
 
+TEXT_COMPARISONS = [name for name in comparisons(1, 1) if name != "seq2seq"]  # what `all` runs
+
 
 def data_override(data: str | None, max_chars: int | None, out: Path) -> list[str]:
     """``data.path=...`` for the runs: the file itself, or a copy of its first ``max_chars`` characters."""
@@ -38,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Train the variants of a comparison on the same data and budget, then write "
                     "REPORT.md (tables) and curves.png (validation curves) into --out.",
     )
-    parser.add_argument("which", choices=["positions", "tokenizers", "rnn", "tricks", "seq2seq", "all"],
+    parser.add_argument("which", nargs="?", choices=[*comparisons(1, 1), "all"],
                         help="all: the four text comparisons; seq2seq trains on translation pairs (--data: a "
                              "source<TAB>target file; default: the generated numbers_zh demo)")
     parser.add_argument("--steps", type=int, default=500, help="training steps per run (default 500)")
@@ -48,7 +50,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "outputs" / "compare"), help="report folder")
     parser.add_argument("--rerun", action="store_true", help="train again even where a run exists")
     parser.add_argument("overrides", nargs="*", help="train.py overrides for every run, e.g. model.n_embd=32")
-    return parser.parse_intermixed_args(argv)  # overrides may come before or after the options
+    args = parser.parse_intermixed_args(argv)  # overrides may come before or after the options
+    if args.which is None:  # argparse would say "overrides" are required too
+        print("choose a comparison:", file=sys.stderr)
+        for name, comparison in comparisons(args.steps, args.bpe_vocab_size).items():
+            print(f"  {name:<11} {comparison.title}: {' | '.join(comparison.variants)}", file=sys.stderr)
+        print(f"  {'all':<11} the four text comparisons: {' | '.join(TEXT_COMPARISONS)}", file=sys.stderr)
+        parser.exit(2, f"usage: {parser.prog} COMPARISON [options] [train.py overrides ...]  (--help: every option)\n")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             *data_override(args.data, args.max_chars, out), *args.overrides,
         ]
         all_comparisons = comparisons(args.steps, args.bpe_vocab_size)
-        chosen = [name for name in all_comparisons if name != "seq2seq"] if args.which == "all" else [args.which]
+        chosen = TEXT_COMPARISONS if args.which == "all" else [args.which]
         failures = []
         for name in chosen:
             failures += run_comparison(name, all_comparisons[name], out, common, args.rerun)

@@ -1,0 +1,178 @@
+"""Issue 23: a key that nothing takes is one line naming the keys that are taken, before anything is
+built or read; too few training windows; a resume on an edited text says so."""
+
+import inspect
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
+
+from tinylm.config import RULES, SET_BY_TRAIN, config_problems, validate
+from tinylm.data import TextDataModule
+from tinylm.errors import TinyLMError
+from tinylm.pairs import PairDataModule
+from tinylm.resume import check_resume
+from tinylm.training import build_datamodule, build_module
+from tinylm.training import main as train_main
+
+GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
+PAIRS = ("tinylm.pairs.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, val_fraction, val_batches, "
+         "decoder_only, encoding, max_mib")
+
+# overrides -> the one line for the key nothing takes (each was a TypeError traceback from a constructor)
+UNKNOWN = {
+    "+model.n_emb=32": f"model.n_emb is unknown: did you mean model.n_embd? (model.arch=gpt takes {GPT_KEYS})",
+    "model=lstm +model.num_heads=2": "model.num_heads is unknown: remove it (model.arch=lstm takes arch, block_size, "
+                                     "n_embd, hidden_size, num_layers, dropout)",
+    "+model.vocab_size=5": "model.vocab_size is not a setting: train.py sets it from the data's vocabulary; remove it",
+    "+callbacks.sample_text.foo=1": "callbacks.sample_text.foo is unknown: remove it (tinylm.callbacks.SampleText "
+                                    "takes every_n_steps, prompts, prompt_chars, max_new_tokens, temperature, top_k, "
+                                    "top_p, seed)",
+    "+callbacks.sampel_text.every_n_steps=5": "callbacks.sampel_text is unknown: did you mean callbacks.sample_text? "
+                                              "(callbacks (conf/callbacks/) has model_checkpoint, last_checkpoint, "
+                                              "early_stopping, learning_rate_monitor, progress_bar, sample_text, "
+                                              "attention_maps, next_token_probes, embedding_projector)",
+    "callbacks.progress_bar._target_=tinylm.nothing.Bar": "callbacks.progress_bar._target_='tinylm.nothing.Bar' is "
+                                                          "not a class or function Python can import: check its "
+                                                          "spelling",
+    "debug=profile +trainer.profiler.foo=1": "trainer.profiler.foo is unknown: remove it (lightning.pytorch.profilers."
+                                             "SimpleProfiler takes dirpath, filename, extended)",
+    "+data.errros=replace": "data.errros is unknown: did you mean data.errors? (tinylm.data.TextDataModule takes path, "
+                            "tokenizer, batch_size, val_fraction, val_batches, repeat, encoding, errors, url, sha256, "
+                            "bpe_vocab_size, max_mib)",
+    # item 10: what only text data takes, with data=pairs (checked against the data module chosen)
+    "model=seq2seq data=pairs +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
+    "model=seq2seq data=pairs +data.repeat=2": f"data.repeat is unknown: remove it ({PAIRS})",
+    "model=seq2seq data=pairs +data.tokenizer=byte": f"data.tokenizer is unknown: remove it ({PAIRS})",
+    "model=seq2seq data=pairs +data.repeat=0": f"data.repeat is unknown: remove it ({PAIRS})",  # not also its value
+    "data=pairs data.decoder_only=true +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
+    "+data.seed=3": "data.seed is not a setting: train.py sets it from seed; remove it",
+}
+
+
+@pytest.mark.parametrize("overrides", list(UNKNOWN))
+def test_a_key_nothing_takes_is_one_line_naming_the_keys_taken(tmp_path, overrides):
+    assert config_problems(compose(*overrides.split(), output_dir=tmp_path)) == [UNKNOWN[overrides]]
+
+
+def test_the_loggers_keys_include_those_it_passes_on_to_tensorboard(tmp_path):
+    """RunTensorBoardLogger's **kwargs go through Lightning's loggers to SummaryWriter (less log_dir, set by them)."""
+    (line,) = config_problems(compose("+logger.tensorboard.x=1", output_dir=tmp_path))
+    assert line.startswith("logger.tensorboard.x is unknown: remove it (tinylm.tensorboard_logger.RunTensorBoardLogger "
+                           "takes save_dir, name, version, ")
+    taken = line.split(" takes ")[1].rstrip(")").split(", ")
+    assert {"default_hp_metric", "flush_secs", "max_queue"} <= set(taken) and "log_dir" not in taken
+
+
+@pytest.mark.parametrize("overrides", [
+    "+logger.tensorboard.flush_secs=5", "+callbacks.model_checkpoint.every_n_train_steps=5",
+    "+callbacks.sample_text._partial_=false",  # Hydra's own keys
+    "trainer=ddp_sim +trainer.strategy.find_unused_parameters=true",  # DDPStrategy passes **kwargs on: unchecked
+    "debug=shapes", "debug=profile", "model=seq2seq data=pairs data.val_fraction=0.2", "callbacks=translation",
+    "callbacks=none", "logger=none", "callbacks.early_stopping=null",
+])
+def test_keys_that_are_taken_pass(tmp_path, overrides):
+    assert config_problems(compose(*overrides.split(), output_dir=tmp_path)) == []
+
+
+@pytest.mark.parametrize("module", [TextDataModule, PairDataModule])
+def test_every_argument_of_a_data_module_has_a_rule(module):
+    """Keys come from the data module's signature, values are checked by RULES: neither may miss one."""
+    taken = set(inspect.signature(module).parameters) - set(SET_BY_TRAIN["data"])
+    assert {f"data.{key}" for key in taken} <= set(RULES)
+
+
+def test_validate_refuses_before_reading_anything(tmp_path):
+    cfg = compose("+model.n_emb=32", f"data.path={tmp_path / 'missing.txt'}", output_dir=tmp_path / "run")
+    with pytest.raises(TinyLMError, match="^invalid config: model.n_emb is unknown: did you mean model.n_embd"):
+        validate(cfg)
+
+
+def test_train_py_says_it_in_one_error_line(tmp_path):
+    """CLI wiring: the line reaches the user from train.py, and no traceback."""
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "+model.n_emb=32", f"hydra.run.dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"error: invalid config: {UNKNOWN['+model.n_emb=32']}"]
+
+
+# --------------------------------------------------------------------------------------------
+# Low items: data.val_fraction, a resume on an edited text
+
+
+@pytest.mark.parametrize(("text", "val_fraction", "block_size", "left"), [
+    (None, 0.999, 32, " for training"),  # the embedded corpus: was "-27 training windows"
+    ("abcdefghij" * 10, 0.92, 8, "leaving 8 for training"),  # no window at all: was "0 training windows"
+])
+def test_too_few_training_windows_says_lower_val_fraction(tmp_path, text, val_fraction, block_size, left):
+    path = None
+    if text:
+        path = tmp_path / "t.txt"
+        path.write_text(text, encoding="utf-8")
+    data = TextDataModule(path=path, val_fraction=val_fraction, block_size=block_size)
+    with pytest.raises(TinyLMError) as info:
+        data.prepare()
+    message = str(info.value)
+    assert message.startswith(f"too few training windows remain: data.val_fraction={val_fraction:g} holds out ")
+    assert left in message and f"fewer than block_size+1={block_size + 1}" in message
+    assert "lower data.val_fraction" in message and " -" not in message
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A 2-step run (in-process) on a repeated text; returns its config and its last checkpoint."""
+    root = tmp_path_factory.mktemp("identity")
+    text = root / "tiny.txt"
+    text.write_text(TINY_TEXT * 30, encoding="utf-8")
+    cfg = compose(*TINY_MODEL, f"data.path={text}", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                  "callbacks=minimal", "logger=none", output_dir=root / "run")
+    train_main(cfg)
+    return cfg, root / "run" / "checkpoints" / "last.ckpt"
+
+
+def resume_check(cfg, ckpt, caplog) -> list[str]:
+    """What train.py checks before a resume trains (the data read anew, the model built on it): the warnings."""
+    data = build_datamodule(cfg)
+    data.prepare()
+    module = build_module(cfg, data)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
+        assert check_resume(ckpt, dict(module.hparams.model), module.tokenizer_state, data.identity) == 2
+    return [r.getMessage() for r in caplog.records if r.name == "tinylm.resume"]
+
+
+def test_a_checkpoint_records_its_data_as_plain_data(tiny_run):
+    cfg, ckpt = tiny_run
+    recorded = torch.load(ckpt, map_location="cpu", weights_only=True)["data"]
+    assert recorded["path"] == cfg.data.path and recorded["tokens"] == len(TINY_TEXT) * 30
+    assert len(recorded["sha256"]) == 64
+
+
+def test_a_resume_on_an_edited_text_of_the_same_vocabulary_warns_once(tiny_run, caplog):
+    cfg, ckpt = tiny_run
+    assert resume_check(cfg, ckpt, caplog) == []  # the same text: nothing to say
+    text = ROOT.joinpath(cfg.data.path)
+    original = text.read_text(encoding="utf-8")
+    text.write_text(TINY_TEXT * 31, encoding="utf-8")  # longer, the same characters
+    try:
+        (warning,) = resume_check(cfg, ckpt, caplog)
+    finally:
+        text.write_text(original, encoding="utf-8")
+    tokens = len(TINY_TEXT)
+    assert warning == (f"data.path={text} is not the text checkpoint {ckpt} was trained on ({tokens * 31} tokens now, "
+                       f"{tokens * 30} then; the same vocabulary): the validation split and the training windows "
+                       "differ from the checkpoint's data, so loss/val before and after this resume are not comparable")
+
+
+@pytest.mark.parametrize("name", ["release-0.1-gpt-rope.ckpt", "release-0.1-lstm.ckpt"])
+def test_a_checkpoint_without_a_data_record_loads_without_a_warning(caplog, name):
+    ckpt = ROOT / "tests" / "fixtures" / name
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    identity = {"path": "other.txt", "tokens": 1, "sha256": "0" * 64}
+    with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
+        assert check_resume(ckpt, {"arch": "gpt", **saved["model_config"]}, saved["tokenizer"], identity) == \
+            saved["global_step"]
+    assert [r for r in caplog.records if r.name == "tinylm.resume"] == []
