@@ -231,10 +231,11 @@ def translate_lines(model: LanguageModel, tokenizer: Tokenizer, sources: list[st
     encoded = [encode_source(tokenizer, s, n, unknown, longest) for n, s in enumerate(sources, 1)]
     device = next(model.parameters()).device
     for ids in encoded:
-        src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         if not ids:
-            out = []
-        elif beam_size > 1:
+            yield ""
+            continue
+        src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
+        if beam_size > 1:
             out = beam_search(model, src, beam_size, sampling.get("use_cache", True))
         elif model.translates:
             out = translate(model, src, **sampling)[0]
