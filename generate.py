@@ -13,8 +13,10 @@ ONNX file (a ckpt_path ending in .onnx) runs on ONNX Runtime and numpy, and torc
 imported: the same options and output, and with temperature=0 the same text as its checkpoint
 (random draws come from numpy, so a seed gives other samples than the checkpoint does).
 
-A translation model's checkpoint (``model=seq2seq``) translates instead: each line of the prompt
-(or of prompt_file) is one source, and stdout has exactly one translation per line, in order.
+A translation model's checkpoint translates instead: each line of the prompt (or of prompt_file) is
+one source, and stdout has exactly one translation per line, in order (an empty line for an empty
+one). That is any model trained on ``data=pairs``: the encoder-decoder (``model=seq2seq``), or a
+decoder-only GPT or RNN (``data.decoder_only=true``), which continues source + BEGIN up to END.
 """
 
 import os
@@ -137,7 +139,7 @@ def run(cfg: DictConfig) -> None:
     prompt = read_prompt(cfg)
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
     loaded = None if is_onnx(cfg) else load_checkpoint(cfg)
-    if loaded is not None and loaded.model.translates:
+    if loaded is not None and (loaded.model.translates or loaded.translation_pairs):
         print_translations(cfg, loaded, prompt, seed)
         return
     model = onnx_sampler(cfg, seed) if loaded is None else torch_sampler(cfg, loaded, seed)
@@ -168,7 +170,8 @@ def run(cfg: DictConfig) -> None:
 
 
 def print_translations(cfg: DictConfig, loaded, text: str, seed: int) -> None:
-    """A translation model: one translation per line of ``text``, one line each, in order."""
+    """A translation model: one translation per line of ``text``, one line each, in order; an empty
+    line gives an empty line."""
     import torch
 
     from tinylm.translation import translate_lines
@@ -176,6 +179,8 @@ def print_translations(cfg: DictConfig, loaded, text: str, seed: int) -> None:
     if cfg.num_samples != 1:
         raise TinyLMError(f"num_samples={cfg.num_samples}: a translation model prints one translation per "
                           "source line; pass num_samples=1 (or sample again with another seed)")
+    if not text:
+        raise TinyLMError("nothing to translate: pass prompt=SOURCE, or prompt_file=FILE with one source a line")
     sources = text.split("\n")
     if len(sources) > 1 and sources[-1] == "":  # the final newline of a file ends its last line
         sources.pop()

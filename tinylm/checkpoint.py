@@ -116,6 +116,14 @@ class LoadedModel:
     tokenizer: Tokenizer
     path: Path
     global_step: int | None
+    translation_pairs: bool = False  # trained on data=pairs: an encoder-decoder, or decoder-only on pairs
+
+
+def trained_on_pairs(checkpoint: dict) -> bool:
+    """Whether training scored translations (``LitLanguageModel``'s ``translation_pairs``, saved by
+    Lightning in ``hyper_parameters``); False for checkpoints without it (release 0.1, hand-made)."""
+    hparams = checkpoint.get("hyper_parameters")
+    return isinstance(hparams, dict) and hparams.get("translation_pairs") is True
 
 
 def load_model(path: str | Path) -> LoadedModel:
@@ -143,4 +151,4 @@ def load_model(path: str | Path) -> LoadedModel:
             f"checkpoint {path} is not a valid tinylm checkpoint: {reason}: "
             "use a checkpoint saved by tinylm's train.py"
         ) from None
-    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"))
+    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), trained_on_pairs(checkpoint))

@@ -66,12 +66,18 @@ def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:
     return read_capped_bytes(path, "data.path", max_mib, "data.max_mib")
 
 
-def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "strict") -> str:
+REPLACE_FIX = "data.errors=replace to replace bad bytes"  # what else fixes undecodable bytes in a text file
+
+
+def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "strict",
+                bad_bytes_fix: str = REPLACE_FIX) -> str:
     """Decode a data file's bytes; drop a leading byte order mark and read CRLF line endings as LF.
 
     A BOM is a marker, not text. Windows line endings would otherwise put a ``\\r`` symbol before
     every newline the model learns; lone CRs and NUL characters are kept (they may mean something)
     but reported in one warning, as they usually mean a wrong encoding or a binary file.
+    A byte that does not decode is one error naming it, its line, and two fixes: ``data.encoding``
+    or ``bad_bytes_fix``.
     """
     problems = [f"data.{key}={value!r} {problem}"
                 for key, value, problem in (("encoding", encoding, encoding_problem(encoding)),
@@ -81,10 +87,10 @@ def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "
     try:
         text = raw.decode(encoding, errors=errors)
     except UnicodeDecodeError as e:
+        line = raw[: e.start].decode(encoding, errors="replace").count("\n") + 1
         raise TinyLMError(
-            f"{path} is not valid {encoding}: byte {e.start} ({raw[e.start:e.start + 1]!r}) "
-            f"cannot be decoded; set data.encoding=... to the file's encoding or "
-            f"data.errors=replace to replace bad bytes"
+            f"{path} is not valid {encoding}: byte {e.start} ({raw[e.start:e.start + 1]!r}, line {line}) "
+            f"cannot be decoded; set data.encoding=... to the file's encoding or {bad_bytes_fix}"
         ) from None
     text, crlf = as_lines(text)
     if not text:

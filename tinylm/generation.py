@@ -4,7 +4,7 @@ Layers, each built on the one below, so ``generate.py``, training callbacks and 
 the same code:
 
 - ``sample_next(logits, ...)``: pick the next ids from one step's logits (temperature, top-k,
-  top-p).
+  top-p), never one of ``suppress_ids`` (a translation's padding and begin symbols).
 - ``stream_tokens(model, idx, ...)``: THE loop. Yields the new ids (B,) one step at a time, with
   or without a cache (a GPT's KV cache, an RNN's hidden state).
 - ``generate(model, idx, ...)``: collects the stream into (B, T + n), optionally stopping at ids.
@@ -15,7 +15,7 @@ the same code:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -57,14 +57,22 @@ def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(probs < threshold, float("-inf"))
 
 
+def suppress(logits: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """``logits`` (B, V) with the columns ``ids`` at -inf: symbols that must never be produced."""
+    if not ids:
+        return logits
+    return logits.index_fill(-1, torch.tensor(list(ids), device=logits.device), float("-inf"))
+
+
 def sample_next(
     logits: torch.Tensor,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
+    suppress_ids: Sequence[int] = (),
 ) -> torch.Tensor:
-    """Next ids (B,) from the last position's logits (B, V).
+    """Next ids (B,) from the last position's logits (B, V), never one of ``suppress_ids``.
 
     ``temperature`` 0 is greedy (argmax; the first index wins a tie). Otherwise the logits are
     divided by the temperature, filtered by top-k then top-p (top-p sees the top-k renormalised
@@ -76,6 +84,7 @@ def sample_next(
     A temperature that the logits' dtype would round to 0 (0/0 = NaN) counts as its smallest
     normal number instead, which is just as greedy.
     """
+    logits = suppress(logits, suppress_ids)
     if temperature == 0:
         return logits.argmax(dim=-1)
     temperature = max(temperature, torch.finfo(logits.dtype).tiny)
@@ -141,12 +150,13 @@ def stream_tokens(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    suppress_ids: Sequence[int] = (),
 ) -> Iterator[torch.Tensor]:
     """Yield ``max_new_tokens`` steps of new ids, each (B,), continuing the prompt ``idx`` (B, T).
 
-    Arguments are checked now, not at the first step. Each step runs in eval mode under
-    ``torch.no_grad`` and restores the model's mode after. Stop early by breaking out of the
-    loop. See ``_next_logits`` for what the cache does.
+    ``suppress_ids``: ids never produced (see ``sample_next``). Arguments are checked now, not at
+    the first step. Each step runs in eval mode under ``torch.no_grad`` and restores the model's
+    mode after. Stop early by breaking out of the loop. See ``_next_logits`` for what the cache does.
     """
     validate_sampling(temperature, top_k, top_p, max_new_tokens)
     if idx.dim() != 2 or idx.size(1) == 0:
@@ -162,7 +172,7 @@ def stream_tokens(
         for length in range(T, T + max_new_tokens):
             with eval_no_grad(model):
                 logits = _next_logits(model, seq[:, :length], cache)
-            next_ids = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
+            next_ids = sample_next(logits, temperature, top_k, top_p, generator, suppress_ids)  # (B,)
             seq[:, length] = next_ids
             yield next_ids
 
@@ -179,7 +189,7 @@ def generate(
     """Continue ``idx`` (B, T) by up to ``max_new_tokens`` ids; return (B, T + n).
 
     ``sampling``: keyword arguments of ``stream_tokens`` (temperature, top_k, top_p, generator,
-    use_cache). ``stop_ids``: a row is finished once it produces one of these ids (it is kept in
+    use_cache, suppress_ids). ``stop_ids``: a row is finished once it produces one of these ids (it is kept in
     the output); generation ends when every row is finished, and rows that finished earlier are
     padded with the stop id they produced, so cutting each row after its first stop id gives its
     text. The same ``generator`` state gives the same ids.

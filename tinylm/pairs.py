@@ -29,7 +29,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from tinylm.data import DEFAULT_MAX_MIB, SeededBatches, batch_loader, read_text, stream_position
+from tinylm.data import DEFAULT_MAX_MIB, SeededBatches, batch_loader, decode_text, read_data_bytes, stream_position
 from tinylm.errors import TinyLMError
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
 from tinylm.numbers_zh import numbers_zh_pairs
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 SPECIAL = {PAD_ID: "\x00", BEGIN_ID: "\x02", END_ID: "\x03"}  # padding, begin, end: the first three symbols
 DEMOS = ("numbers_zh",)
+# Undecodable bytes in a pairs file: no replacing them (a pair with a wrong character would be
+# learned as a wrong translation), the file's encoding or a UTF-8 copy instead
+CONVERT_FIX = "convert the file to UTF-8 first (e.g. iconv -f GBK -t UTF-8 pairs.tsv > pairs-utf8.tsv)"
 
 
 def parse_pairs(text: str, path: Path) -> list[tuple[str, str]]:
@@ -47,8 +50,10 @@ def parse_pairs(text: str, path: Path) -> list[tuple[str, str]]:
 
     The first tab splits a line. A line without one, with an empty side, or with one of the
     three control characters the vocabulary reserves is one TinyLMError naming its line number.
+    Lines with more tabs (a third column) are kept as they are, the rest of the line the target,
+    with one warning naming the first of them.
     """
-    pairs = []
+    pairs, more_tabs = [], []  # more_tabs: the numbers of lines with a tab in the target
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -61,7 +66,13 @@ def parse_pairs(text: str, path: Path) -> list[tuple[str, str]]:
         if any(c in SPECIAL.values() for c in line):
             raise TinyLMError(f"{path} line {number} has a NUL, STX or ETX character, which the vocabulary "
                               "reserves for padding, begin and end: remove it")
+        if "\t" in target:
+            more_tabs.append(number)
         pairs.append((source, target))
+    if more_tabs:
+        log.warning("%s: %d line(s) have more than one tab (the first: line %d): everything after the first tab "
+                    "is the target, tabs and further columns included; write two columns, source<TAB>target",
+                    path, len(more_tabs), more_tabs[0])
     return pairs
 
 
@@ -132,7 +143,8 @@ class PairDataModule(L.LightningDataModule):
     def read_pairs(self) -> list[tuple[str, str]]:
         """The pairs of ``path``, or of the generated demo when there is no path."""
         if self.path is not None:
-            return parse_pairs(read_text(self.path, self.encoding, max_mib=self.max_mib), self.path)
+            raw = read_data_bytes(self.path, self.max_mib)
+            return parse_pairs(decode_text(raw, self.path, self.encoding, bad_bytes_fix=CONVERT_FIX), self.path)
         return numbers_zh_pairs(self.demo_pairs, self.demo_max, self.seed)
 
     @property

@@ -30,17 +30,20 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-# Characters that would be invisible (or break a TSV/table) as labels, and what to show instead.
-VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+# Characters that would be invisible (or break a TSV/table) as labels, and what to show instead:
+# symbols the figures' fonts have (neither DejaVu Sans nor Noto Sans SC has the control pictures
+# such as U+240D ␍, which would be drawn as a missing glyph, with a warning), or an escape.
+VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "\\r"}
 
 
 def visible(piece: str) -> str:
-    """A label for one token's text that can be seen: whitespace and control characters named."""
+    """A label for one token's text that can be seen: whitespace and control characters named
+    (``\\r``, ``U+001B``), never drawn as themselves."""
     if piece in VISIBLE:
         return VISIBLE[piece]
-    if len(piece) == 1 and not piece.isprintable():
-        return f"U+{ord(piece):04X}"
-    return piece
+    if len(piece) == 1:
+        return piece if piece.isprintable() else f"U+{ord(piece):04X}"
+    return "".join(ch if ch.isprintable() else visible(ch) for ch in piece)  # a BPE piece such as "a\r\n"
 
 
 def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:

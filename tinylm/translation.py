@@ -1,32 +1,40 @@
-"""Translating with an encoder-decoder (``LanguageModel.translates``): the decoding loops and the scores.
+"""Translating: the decoding loops and the scores, for an encoder-decoder (``LanguageModel.translates``)
+and for a decoder-only model trained on the same pairs (source + BEGIN, continued up to END).
 
 - ``translate(model, src, ...)``: greedy (temperature 0) or sampled decoding of a batch of sources,
   with the options of ``tinylm.generation.sample_next``. The source is encoded once; with the
   cache, each step feeds the decoder only the newest symbol, and the cross-attention keys and
   values of the source are reused from ``model.encode`` at every step.
+- ``continue_sources(model, prompts, ...)``: the same for a decoder-only model, through
+  ``tinylm.generation.generate``.
 - ``beam_search(model, src, beam_size)``: the most likely translations of one source, kept
-  ``beam_size`` at a time.
+  ``beam_size`` at a time, with either kind of model.
 - ``edit_distance`` and ``translation_scores``: the exact match and character error rate that
   validation reports.
 - ``translate_lines``: source lines in, one translation per line out (``generate.py``).
+
+No loop ever writes PAD or BEGIN (``NEVER_WRITTEN``): their logits are masked out, so neither a
+sample nor a beam can print them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
-from tinylm.generation import eval_no_grad, generate, sample_next
+from tinylm.generation import eval_no_grad, generate, sample_next, suppress
 from tinylm.models import LanguageModel
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
 from tinylm.textstream import UNKNOWN_POLICIES
 from tinylm.tokenizer import Tokenizer
 
 IGNORE = -100  # cross-entropy's default ignore_index: target positions a decoder-only model is not scored on
+NEVER_WRITTEN = (PAD_ID, BEGIN_ID)  # symbols a translation never contains: masked out of every step
 
 
 def _next_logits(model: LanguageModel, seq: torch.Tensor, memory, cache) -> torch.Tensor:
@@ -56,7 +64,8 @@ def translate(model: LanguageModel, src: torch.Tensor, temperature: float = 0.0,
         seq = torch.full((B, 1), BEGIN_ID, dtype=torch.long, device=src.device)  # (B, 1)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
         for _ in range(model.config.block_size):
-            next_ids = sample_next(_next_logits(model, seq, memory, cache), temperature, top_k, top_p, generator)
+            logits = _next_logits(model, seq, memory, cache)  # (B, V)
+            next_ids = sample_next(logits, temperature, top_k, top_p, generator, NEVER_WRITTEN)
             next_ids = next_ids.masked_fill(done, PAD_ID)  # (B,): finished rows are padded
             seq = torch.cat([seq, next_ids[:, None]], dim=1)  # (B, L+1)
             done |= next_ids == END_ID
@@ -81,36 +90,56 @@ def beam_search(model: LanguageModel, src: torch.Tensor, beam_size: int, use_cac
     """The most likely translation of one source ``src`` (1, S) that beam search finds.
 
     Each step extends every open hypothesis by every symbol and keeps the ``beam_size`` extensions
-    with the highest total log-probability; one that ends (END, or ``block_size`` symbols) moves to
-    the finished list. Search stops once the best finished hypothesis scores at least as well as
-    every open one (a score only falls as a hypothesis grows). ``beam_size=1`` is greedy decoding.
+    with the highest total log-probability; one that ends (END, or the longest target the model
+    can read back) moves to the finished list. Search stops once the best finished hypothesis
+    scores at least as well as every open one (a score only falls as a hypothesis grows).
+    ``beam_size=1`` is greedy decoding. An encoder-decoder encodes the source once and, with the
+    cache, decodes one new symbol per step; a decoder-only model reads source + BEGIN + each
+    hypothesis whole at every step (no cache: a hypothesis is at most ``block_size`` symbols).
     """
-    limit = model.config.block_size
     with eval_no_grad(model):
-        memory = model.encode(src)
-        cache = model.new_cache(1, src.device, next(model.parameters()).dtype) if use_cache else None
-        seq = torch.full((1, 1), BEGIN_ID, dtype=torch.long, device=src.device)  # (K, L): K open hypotheses
-        scores = torch.zeros(1, device=src.device)  # (K,): the total log-probability of each
-        finished: list[tuple[float, list[int]]] = []
-        while True:
-            logits = _next_logits(model, seq, expand_memory(memory, seq.size(0)), cache)  # (K, V)
-            V = logits.size(-1)
-            total = (scores[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()  # (K*V,)
-            best, flat = total.topk(min(beam_size, total.numel()))  # (k,) each, best first
-            kept = []  # (score, row, symbol) of the hypotheses still open
-            for score, row, symbol in zip(best.tolist(), (flat // V).tolist(), (flat % V).tolist(), strict=True):
-                if symbol == END_ID or seq.size(1) == limit:
-                    finished.append((score, seq[row, 1:].tolist() + [symbol]))
-                else:
-                    kept.append((score, row, symbol))
-            if not kept or max((score for score, _ in finished), default=-math.inf) >= kept[0][0]:
-                break
-            rows = torch.tensor([row for _, row, _ in kept], device=src.device)  # (K',)
-            symbols = torch.tensor([[symbol] for _, _, symbol in kept], device=src.device)  # (K', 1)
-            seq = torch.cat([seq[rows], symbols], dim=1)  # (K', L+1)
-            scores = torch.tensor([score for score, _, _ in kept], device=src.device)  # (K',)
-            if cache is not None:
-                keep_rows(cache, rows)
+        if model.translates:
+            memory = model.encode(src)
+            cache = model.new_cache(1, src.device, next(model.parameters()).dtype) if use_cache else None
+
+            def next_logits(seq: torch.Tensor) -> torch.Tensor:  # (K, L) -> (K, V)
+                return _next_logits(model, seq, expand_memory(memory, seq.size(0)), cache)
+
+            reorder, limit = None if cache is None else partial(keep_rows, cache), model.config.block_size
+        else:
+            def next_logits(seq: torch.Tensor) -> torch.Tensor:  # (K, L) -> (K, V): source + BEGIN + hypothesis
+                return model(torch.cat([src.expand(seq.size(0), -1), seq], dim=1), last_only=True)[0][:, -1]
+
+            reorder, limit = None, model.config.block_size - src.size(1)
+        return _beam(next_logits, reorder, limit, beam_size, src.device)
+
+
+def _beam(next_logits: Callable[[torch.Tensor], torch.Tensor], reorder: Callable[[torch.Tensor], None] | None,
+          limit: int, beam_size: int, device) -> list[int]:
+    """Beam search over ``next_logits`` (hypotheses (K, L), each BEGIN + its symbols -> (K, V)), at most
+    ``limit`` symbols a hypothesis; ``reorder(rows)`` keeps the cache of the hypotheses kept."""
+    seq = torch.full((1, 1), BEGIN_ID, dtype=torch.long, device=device)  # (K, L): K open hypotheses
+    scores = torch.zeros(1, device=device)  # (K,): the total log-probability of each
+    finished: list[tuple[float, list[int]]] = []
+    while True:
+        logits = suppress(next_logits(seq), NEVER_WRITTEN)  # (K, V)
+        V = logits.size(-1)
+        total = (scores[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()  # (K*V,)
+        best, flat = total.topk(min(beam_size, int(total.isfinite().sum())))  # (k,) each, best first
+        kept = []  # (score, row, symbol) of the hypotheses still open
+        for score, row, symbol in zip(best.tolist(), (flat // V).tolist(), (flat % V).tolist(), strict=True):
+            if symbol == END_ID or seq.size(1) >= limit:
+                finished.append((score, seq[row, 1:].tolist() + [symbol]))
+            else:
+                kept.append((score, row, symbol))
+        if not kept or max((score for score, _ in finished), default=-math.inf) >= kept[0][0]:
+            break
+        rows = torch.tensor([row for _, row, _ in kept], device=device)  # (K',)
+        symbols = torch.tensor([[symbol] for _, _, symbol in kept], device=device)  # (K', 1)
+        seq = torch.cat([seq[rows], symbols], dim=1)  # (K', L+1)
+        scores = torch.tensor([score for score, _, _ in kept], device=device)  # (K',)
+        if reorder is not None:
+            reorder(rows)
     return cut(max(finished, key=lambda f: f[0])[1])
 
 
@@ -128,13 +157,16 @@ def edit_distance(a: list[int], b: list[int]) -> int:
     return row[-1]
 
 
-def continue_sources(model: LanguageModel, prompts: list[list[int]]) -> list[list[int]]:
-    """A decoder-only model's greedy translations: each prompt (source + BEGIN) continued up to END."""
+def continue_sources(model: LanguageModel, prompts: list[list[int]], temperature: float = 0.0,
+                     **sampling) -> list[list[int]]:
+    """A decoder-only model's translations: each prompt (source + BEGIN) continued up to END, greedy by
+    default (``sampling``: the other options of ``tinylm.generation.stream_tokens``)."""
     device = next(model.parameters()).device
     outputs = []
     for ids in prompts:
         idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, P)
-        out = generate(model, idx, model.config.block_size - len(ids) + 1, stop_ids=[END_ID], temperature=0)
+        out = generate(model, idx, model.config.block_size - len(ids) + 1, stop_ids=[END_ID],
+                       temperature=temperature, suppress_ids=NEVER_WRITTEN, **sampling)
         outputs.append(cut(out[0, len(ids) :].tolist()))
     return outputs
 
@@ -165,37 +197,48 @@ def translation_scores(model: LanguageModel, batch) -> tuple[int, int, int, int]
 # Text in, text out (generate.py)
 
 
-def encode_source(tokenizer: Tokenizer, source: str, number: int, unknown: str, block_size: int) -> list[int]:
-    """The ids of source line ``number``, or one TinyLMError naming the line and the fix."""
+def longest_source(model: LanguageModel) -> int:
+    """The longest source the model translates, as training kept the pairs: an encoder-decoder reads
+    ``block_size`` source symbols; a decoder-only model reads source + BEGIN + target in its block."""
+    return model.config.block_size - (0 if model.translates else 2)
+
+
+def encode_source(tokenizer: Tokenizer, source: str, number: int, unknown: str, longest: int) -> list[int]:
+    """The ids of source line ``number`` (none for an empty line), or one TinyLMError naming the line and the fix."""
     missing = tokenizer.unknown(source)
     if missing and unknown == "error":
         raise TinyLMError(f"source line {number} has {len(missing)} character(s) outside the checkpoint's "
                           f"vocabulary: {' '.join(repr(c) for c in missing)}: remove them or pass unknown=skip")
     ids = tokenizer.encode("".join(c for c in source if c not in missing))
-    if not ids:
-        raise TinyLMError(f"source line {number} is empty{' once unknown characters are skipped' if missing else ''}"
-                          ": give a source to translate on every line")
-    if len(ids) > block_size:
-        raise TinyLMError(f"source line {number} is {len(ids)} characters long but the model reads at most "
-                          f"block_size={block_size}: split it or shorten it")
+    if len(ids) > longest:
+        raise TinyLMError(f"source line {number} is {len(ids)} characters long but the model translates sources "
+                          f"of at most {longest} characters: split it or shorten it")
     return ids
 
 
 def translate_lines(model: LanguageModel, tokenizer: Tokenizer, sources: list[str], unknown: str = "error",
                     beam_size: int = 1, **sampling) -> Iterator[str]:
-    """One translation per source, in order. Every source is checked before the first is translated.
+    """One translation per source, in order; an empty source (or one emptied by ``unknown="skip"``) gives
+    an empty line, so the output stays aligned. Every source is checked before the first is translated.
 
     ``beam_size`` > 1: beam search (deterministic; the sampling options are not used). Otherwise
-    ``translate`` with ``sampling`` (temperature, top_k, top_p, generator, use_cache).
+    ``sampling`` (temperature, top_k, top_p, generator, use_cache): ``translate`` for an
+    encoder-decoder, ``continue_sources`` for a decoder-only model.
     """
     if unknown not in UNKNOWN_POLICIES:
         raise TinyLMError(f"unknown={unknown!r}: choose one of {', '.join(UNKNOWN_POLICIES)}")
-    encoded = [encode_source(tokenizer, s, n, unknown, model.config.block_size) for n, s in enumerate(sources, 1)]
+    longest = longest_source(model)
+    encoded = [encode_source(tokenizer, s, n, unknown, longest) for n, s in enumerate(sources, 1)]
     device = next(model.parameters()).device
     for ids in encoded:
+        if not ids:
+            yield ""
+            continue
         src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         if beam_size > 1:
             out = beam_search(model, src, beam_size, sampling.get("use_cache", True))
-        else:
+        elif model.translates:
             out = translate(model, src, **sampling)[0]
+        else:
+            out = continue_sources(model, [[*ids, BEGIN_ID]], **sampling)[0]
         yield tokenizer.decode(out)
