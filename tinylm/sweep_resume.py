@@ -9,8 +9,11 @@ at every job's folder (``tinylm.sweep_jobs.job_status``):
   ``ckpt_path=<its last.ckpt>``, continuing exactly as a resumed run does, its ``.hydra`` record kept;
 - failed, not started, or no folder yet: launched as in a new sweep.
 
-A folder that holds a run of other settings than the job's (another command was run into this
-sweep folder), or a job that is still running, stops the re-run before anything is launched.
+Every job is planned, and each one to launch is claimed (``claim.json``, see ``tinylm.sweep_jobs``),
+before Hydra writes the sweep's ``multirun.yaml``. A folder that holds a run of other settings than
+the job's (another command was run into this sweep folder; overrides that compose the same config
+are the same settings), a job that is still running or claimed by another run of the sweep, or a
+job record that cannot be read stops the re-run with one line, and nothing is written.
 
 Ctrl-C in a sweep stops it cleanly with any launcher: each running job saves its ``last.ckpt``
 (``tinylm.safety.GracefulInterrupt``), the sweep records the stop in ``interrupted.txt``, jobs not
