@@ -4,12 +4,14 @@ jobs, refusals that write nothing, damaged records, a sweep report that cannot w
 from __future__ import annotations
 
 import builtins
+import fcntl
 import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -125,6 +127,28 @@ def test_claims_of_a_killed_rerun_count_for_nothing(killed_sweep):
     with rerun.claimed(JOBS):
         assert [action for action, _ in rerun.planned] == ["keep", "continue", "new"]
         assert json.loads((killed_sweep / "2" / "claim.json").read_text())["pid"] == os.getpid()
+
+
+def test_two_reruns_plan_one_after_the_other(killed_sweep):
+    """While one re-run looks at the jobs and claims them (it holds the sweep folder's flock), another
+    waits: two re-runs replacing the same stale claim at once cannot both get it."""
+    held = os.open(killed_sweep, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another re-run, planning
+    rerun = planner(killed_sweep)
+    planned = threading.Event()
+
+    def plan() -> None:
+        with rerun.claimed(JOBS):
+            planned.set()
+
+    thread = threading.Thread(target=plan)
+    thread.start()
+    try:
+        assert not planned.wait(1.0) and not list(killed_sweep.rglob("claim.json"))
+    finally:
+        os.close(held)
+    thread.join(30)
+    assert planned.is_set()
 
 
 # --------------------------------------------------------------------------------------------

@@ -303,11 +303,13 @@ def test_sweep_report_while_the_sweep_runs_and_after_it_was_killed(tmp_path, tin
             time.sleep(0.1)
         marker = json.loads((sweep / "0" / "running.json").read_text())
         assert (marker["pid"], marker["host"]) == (proc.pid, socket.gethostname())
-        assert statuses(sweep) == [("0", "running"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
+        # the sweep claimed every job before it started any: the others are queued
+        assert statuses(sweep) == [("0", "running"), ("1", "queued"), ("2", "queued"), ("3", "queued")]
+        assert read_csv(sweep / "summary.csv")[1]["note"].startswith(f"not started yet by the sweep of pid {proc.pid} ")
     finally:  # a failed check must not leave a sweep of a million steps behind
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert statuses(sweep) == [("0", "interrupted"), ("1", "missing"), ("2", "missing"), ("3", "missing")]
+    assert statuses(sweep) == [("0", "interrupted"), ("1", "not started"), ("2", "not started"), ("3", "not started")]
     assert read_csv(sweep / "summary.csv")[0]["note"] == "killed; resumable from checkpoints/last.ckpt"
     assert (sweep / "0" / "running.json").exists()  # what told the killed job from a running one
 

@@ -109,7 +109,8 @@ def finite_or_none(value: float) -> float | None:
 
 
 def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:
-    """Say that the run is done and how to train it further; return its saved metrics untouched."""
+    """Say that the run is done and how to train it further; return its saved metrics untouched (none,
+    and one line saying so, when its metrics.json cannot be read: nothing is written either way)."""
     print(f"run {output_dir} is already finished: {ckpt_path} is at step {step} and trainer.max_steps={max_steps}, "
           f"so nothing was trained or written. To train it further, resume with more steps, e.g. "
           f"`python train.py ckpt_path={ckpt_path} trainer.max_steps={max(step, max_steps) * 2}`", flush=True)
