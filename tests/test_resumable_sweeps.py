@@ -16,6 +16,7 @@ from conftest import ROOT, TINY_MODEL
 from omegaconf import OmegaConf
 
 from tinylm import sweep_resume
+from tinylm.sweep_jobs import job_status
 from tinylm.sweep_resume import thread_share
 
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
@@ -132,7 +133,7 @@ def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_pa
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     assert not (broken / "1" / "metrics.json").exists()
-    assert not (broken / "2").exists()  # never started
+    assert job_status(broken / "2") == "not started"  # its folder holds only the claim of the killed sweep
     finished = snapshot(broken / "0")
 
     done = run(cmd)  # the same command again: finishes the sweep

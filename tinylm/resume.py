@@ -28,7 +28,7 @@ from hydra.errors import HydraException
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import HYDRA_DIR, composed_log_dir, original_overrides
+from tinylm.run_folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
@@ -61,16 +61,42 @@ def merge_overrides(overrides: list[str]) -> list[str]:
     return list(merged.values())
 
 
+def resume_entries(record: Path) -> list[dict]:
+    """The entries of a ``.hydra/resumes.yaml`` (none if absent); a TinyLMError naming it and the fix
+    when it cannot be read."""
+    if not record.exists():
+        return []
+    try:
+        entries = read_record(record) or []
+        if not isinstance(entries, list):
+            raise ValueError("not a list of resumes")
+        for number, entry in enumerate(entries, start=1):
+            if not isinstance(entry, dict):
+                raise ValueError(f"entry {number} is not a resume (time, checkpoint, from_step, overrides)")
+            check_overrides(entry.setdefault("overrides", []))
+    except ValueError as e:
+        raise TinyLMError(
+            f"cannot read {record}: {e}; it records what the run's earlier resumes changed: restore it, or delete "
+            "it to resume with the run's own settings (its .hydra/overrides.yaml) and this command's changes only"
+        ) from None
+    return entries
+
+
 def saved_overrides(run_dir: Path) -> list[str] | None:
-    """The run's own overrides: its original command line, then each resume's changes (None: no record)."""
+    """The run's own overrides: its original command line, then each resume's changes (None: no record);
+    a TinyLMError naming the file and the fix when its record cannot be read."""
     overrides = original_overrides(run_dir)
     if overrides is None:
         return None
-    resumes = run_dir / HYDRA_DIR / RESUMES_FILE
-    if resumes.is_file():
-        for entry in yaml.safe_load(resumes.read_text(encoding="utf-8")) or []:
-            overrides += entry.get("overrides", [])
-    return merge_overrides(overrides)
+    for entry in resume_entries(run_dir / HYDRA_DIR / RESUMES_FILE):
+        overrides += entry["overrides"]
+    try:
+        return merge_overrides(overrides)
+    except HydraException as e:
+        raise TinyLMError(
+            f"the record of run {run_dir} ({HYDRA_DIR}/overrides.yaml, {HYDRA_DIR}/{RESUMES_FILE}) holds an override "
+            f"Hydra cannot read ({str(e).splitlines()[0]}): restore those files"
+        ) from None
 
 
 def latest_last_checkpoint(log_dir: str | Path) -> Path:
@@ -183,7 +209,7 @@ def record_resume(run_dir: Path, checkpoint: Path, step: int, task_overrides: li
     changes = [o for o in task_overrides if o not in own and not o.startswith("ckpt_path=")]
     record = run_dir / HYDRA_DIR / RESUMES_FILE
     record.parent.mkdir(parents=True, exist_ok=True)
-    entries = (yaml.safe_load(record.read_text(encoding="utf-8")) or []) if record.is_file() else []
+    entries = resume_entries(record)
     entries.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "checkpoint": str(checkpoint),
                     "from_step": step, "overrides": changes})
     tmp = record.with_name(record.name + ".tmp")

@@ -6,14 +6,20 @@ tries ``<name>-2``, ``<name>-3``, ... so two ``train.py`` started at once never 
 (names still sort by start time). Within one process the same name always gives the same folder.
 
 ``original_overrides`` reads back the command line a run was started with (``.hydra/overrides.yaml``),
-for resuming it, reusing it in a comparison and tabulating a sweep.
+for resuming it, reusing it in a comparison and tabulating a sweep. A record that cannot be read
+(not YAML, not a list of overrides, not UTF-8, not readable) is one TinyLMError naming the file
+and how to restore it, never a traceback.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
+
+from tinylm.errors import TinyLMError
+from tinylm.sweep_jobs import JSON_TYPES
 
 HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 _claimed: dict[str, str] = {}
@@ -41,10 +47,46 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("unique_dir", claim_unique_dir)
 
 
+def read_record(path: Path) -> object:
+    """A YAML file of a run's record, parsed; ValueError saying why it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except OSError as e:
+        raise ValueError(e.strerror or str(e)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"not YAML ({getattr(e, 'problem', None) or e}{where})") from None
+
+
+def check_overrides(value: object) -> list[str]:
+    """``value`` if it is a list of override strings; ValueError saying what it is instead."""
+    if not isinstance(value, list):
+        raise ValueError("empty" if value is None else f"{JSON_TYPES.get(type(value), 'something else')} "
+                         "instead of a list of overrides")
+    for number, item in enumerate(value, start=1):
+        if not isinstance(item, str):
+            raise ValueError(f"item {number} is {JSON_TYPES.get(type(item), 'something else')}, not an override")
+    return value
+
+
 def original_overrides(run_dir: Path) -> list[str] | None:
-    """The overrides a run folder was started with (its ``.hydra/overrides.yaml``), None if absent."""
+    """The overrides a run folder was started with (its ``.hydra/overrides.yaml``), None if absent;
+    a TinyLMError naming the file and the fix when it cannot be read."""
     record = Path(run_dir) / HYDRA_DIR / "overrides.yaml"
-    return [str(o) for o in OmegaConf.load(record)] if record.is_file() else None
+    if not record.exists():
+        return None
+    try:
+        return check_overrides(read_record(record))
+    except ValueError as e:
+        raise TinyLMError(
+            f"cannot read {record}: {e}; it lists the run's command-line overrides: restore it (the same list "
+            f"is hydra.overrides.task in {record.with_name('hydra.yaml')})"
+        ) from None
 
 
 def composed_log_dir(conf_dir: Path, overrides: list[str]) -> str:

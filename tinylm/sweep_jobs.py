@@ -9,6 +9,13 @@ A training job leaves these files in its folder (``tinylm.training`` writes them
 - ``error.txt`` when a sweep job fails (its one ``error:`` line);
 - ``checkpoints/last.ckpt`` from its first validation on: what an interrupted job resumes from.
 
+A sweep claims each job it is about to launch (``claim_job``): ``claim.json``, created exclusively,
+names the sweep's process. A second run of the same sweep sees the job as queued and leaves it
+alone. The job takes the claim over when it starts (``running_marker`` writes ``running.json``,
+then removes ``claim.json``); the sweep removes the claims still left when it ends
+(``release_claim``). A training run never reads ``claim.json``; a claim whose process is gone
+(``kill -9``) counts for nothing and is replaced by the next run of the sweep.
+
 ``job_status`` reads them; the sweep report and the sweeps that continue an interrupted sweep
 both ask it. ``expected_jobs`` lists the jobs a grid sweep defines, so that the jobs it has not
 reached yet can be listed too.
@@ -16,6 +23,7 @@ reached yet can be listed too.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -32,7 +40,8 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-MARKER, METRICS, ERROR = "running.json", "metrics.json", "error.txt"
+MARKER, METRICS, ERROR, CLAIM = "running.json", "metrics.json", "error.txt", "claim.json"
+UNREADABLE = "unreadable metrics.json"  # a job_status: metrics.json is there but cannot be used
 LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
 # metrics.json fields that are numbers (or null), and those that are true or false
@@ -50,13 +59,20 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def this_process() -> dict:
+    """What ``running.json`` and ``claim.json`` record: this process's id, host and the time now."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+
+
 @contextmanager
 def running_marker(folder: Path) -> Iterator[None]:
-    """``running.json`` in ``folder`` for the duration of the block. A job that runs again is not
-    failed any more: an ``error.txt`` of an earlier attempt is removed."""
+    """``running.json`` in ``folder`` for the duration of the block; the sweep's claim on the job,
+    if any, is taken over (removed once the marker is there). A job that runs again is not failed
+    any more: an ``error.txt`` of an earlier attempt is removed."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ERROR).unlink(missing_ok=True)
-    write_json(folder / MARKER, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+    write_json(folder / MARKER, this_process())
+    (folder / CLAIM).unlink(missing_ok=True)
     try:
         yield
     finally:
@@ -96,10 +112,11 @@ def read_metrics(folder: Path) -> dict | None:
         raise ValueError(e.strerror or str(e)) from None
 
 
-def read_marker(folder: Path) -> dict | None:
-    """``running.json``: pid, host and start time (Unix time); None when there is none (or it is damaged)."""
+def read_marker(folder: Path, name: str = MARKER) -> dict | None:
+    """``running.json`` (or ``claim.json``): pid, host and start time (Unix time); None when there is
+    none (or it is damaged)."""
     try:
-        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads((folder / name).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     types = {"pid": int, "host": str, "started": int | float}
@@ -137,31 +154,89 @@ def alive(marker: dict) -> bool:
     return letter != "Z" and started <= marker["started"] + 2  # /proc's boot time is in whole seconds
 
 
+def describe(marker: dict | None) -> str:
+    """'pid 123 on node7, since 2026-11-29 08:00:00': who wrote a running.json or claim.json."""
+    if marker is None:  # removed (or damaged) since its status was read
+        return "a process that has just ended"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(marker["started"]))
+    return f"pid {marker['pid']} on {marker['host']}, since {started}"
+
+
 def job_status(folder: Path) -> str:
-    """finished, running, interrupted, failed or not started, from the files the job left in ``folder``:
+    """finished, running, queued, interrupted, failed, not started or unreadable metrics.json, from the
+    files the job left in ``folder``:
 
     - running: its ``running.json`` names a process that still runs;
-    - interrupted: stopped by Ctrl-C (metrics.json says so), or killed (a marker left behind, or
-      no usable metrics.json) after it saved ``checkpoints/last.ckpt``: resume it from there;
+    - queued: a sweep that still runs has claimed it (``claim.json``) and not started it yet;
+    - unreadable metrics.json: it is there but cannot be used (metrics.json is written whole or not
+      at all, so it was damaged afterwards): nothing may train over it until it is restored or removed;
+    - interrupted: stopped by Ctrl-C (metrics.json says so), or killed (a marker left behind) after
+      it saved ``checkpoints/last.ckpt``: resume it from there;
     - failed: ``error.txt``, or killed before its first checkpoint;
     - finished: metrics.json, not interrupted (an early stop is finished too);
-    - not started: none of these files (Hydra's ``.hydra/`` record and a log at most).
+    - not started: none of these files (Hydra's ``.hydra/`` record, a log, a claim whose sweep is gone).
     """
     marker = read_marker(folder)
     if marker is not None and alive(marker):
         return "running"
+    claim = read_marker(folder, CLAIM)
+    if claim is not None and alive(claim):
+        return "queued"
+    try:
+        metrics = read_metrics(folder)
+    except ValueError:
+        return UNREADABLE
     checkpoint = (folder / LAST_CHECKPOINT).is_file()
     if marker is not None:  # its process died without cleaning up: killed
         return "interrupted" if checkpoint else "failed"
     if (folder / ERROR).is_file():
         return "failed"
-    try:
-        metrics = read_metrics(folder)
-    except ValueError:
-        return "interrupted" if checkpoint else "failed"
     if metrics is not None:
         return "interrupted" if metrics.get("interrupted") else "finished"
     return "interrupted" if checkpoint else "not started"
+
+
+@contextmanager
+def planning_lock(sweep_dir: Path) -> Iterator[None]:
+    """An exclusive lock on the sweep folder for the block, so that two runs of one sweep look at its
+    jobs and claim them one after the other. It is ``flock`` on the folder itself (nothing is
+    written), and the kernel drops it when the process ends, even by ``kill -9``. Where the file
+    system has no ``flock`` (some network file systems) the claims alone, created exclusively,
+    keep two runs apart; only replacing a claim left by a killed sweep is then unguarded."""
+    fd = os.open(sweep_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
+
+
+def claim_job(folder: Path) -> dict | None:
+    """Claim the job of ``folder`` for this process: ``claim.json`` created exclusively (O_CREAT|O_EXCL),
+    after a claim whose process is gone (or a damaged one) is removed. Returns the claim; None
+    when a live process holds it. Call it inside ``planning_lock``."""
+    held = read_marker(folder, CLAIM)
+    if held is not None and alive(held):
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CLAIM).unlink(missing_ok=True)
+    claim = this_process()
+    try:
+        fd = os.open(folder / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another run claimed it just now (a file system without flock)
+        return None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(claim, f)
+    return claim
+
+
+def release_claim(folder: Path, claim: dict) -> None:
+    """Remove ``claim`` from ``folder``, unless its job has taken it over (then it is gone already)."""
+    if read_marker(folder, CLAIM) == claim:
+        (folder / CLAIM).unlink(missing_ok=True)
 
 
 def expected_jobs(sweep_dir: Path) -> dict[str, list[str]] | None:

@@ -4,19 +4,22 @@
 
 A sweep folder holds one folder per job, and each job leaves behind what this report reads:
 ``metrics.json`` (written by ``tinylm.training``), ``error.txt`` (a job that failed),
-``running.json`` (a job that is training) and ``.hydra/overrides.yaml`` (that job's command-line
-settings); ``tinylm.sweep_jobs`` tells from them whether a job is finished, running, interrupted,
-failed or not started. Jobs a grid sweep defines (its ``multirun.yaml``) that have no folder yet are
-listed as missing. Only the settings that differ between jobs become columns; the ones every job
-shares are listed once above the table. A job whose metrics.json cannot be used (not JSON, not an
-object, a value of the wrong type) is listed as "unreadable metrics.json" with the reason.
+``running.json`` (a job that is training), ``claim.json`` (a job a running sweep will start) and
+``.hydra/overrides.yaml`` (that job's command-line settings); ``tinylm.sweep_jobs`` tells from them
+whether a job is finished, running, queued, interrupted, failed or not started. Jobs a grid sweep
+defines (its ``multirun.yaml``) that have no folder yet are listed as missing. Only the settings
+that differ between jobs become columns; the ones every job shares are listed once above the table.
+A job whose metrics.json cannot be used (not JSON, not an object, a value of the wrong type) is
+listed as "unreadable metrics.json" with the reason, one whose ``.hydra/overrides.yaml`` cannot be
+read as "unreadable .hydra/overrides.yaml".
 
 Jobs are ranked by their best val loss (the lowest of all validations; the final one is shown too):
 finished jobs first, then the others that validated (interrupted, running), then the rest.
 
 Writes into the sweep folder: ``summary.csv`` (raw numbers, for a spreadsheet or pandas),
 ``summary.md`` (the table printed here) and ``val_loss_vs_params.png`` (best val loss against the
-parameter count, log scale, each point labelled with its job).
+parameter count, log scale, each point labelled with its job). What cannot be written there (a
+read-only folder, a folder in the way) is named in one line after the table.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import argparse
 import csv
 import math
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +36,12 @@ from typing import TYPE_CHECKING
 from tinylm.errors import TinyLMError
 from tinylm.run_folder import original_overrides
 from tinylm.sweep_jobs import (
+    CLAIM,
     ERROR,
     LAST_CHECKPOINT,
     MARKER,
     METRICS,
+    describe,
     expected_jobs,
     job_status,
     read_marker,
@@ -53,7 +57,7 @@ METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_param
 FORMATS = {"best_val_loss": "{:.4f}", "best_step": "{}", "val_loss": "{:.4f}", "val_bpc": "{:.3f}",
            "num_params": "{:,}", "tokens_per_second": "{:,.0f}", "wall_seconds": "{:.1f}", "steps": "{}"}
 CSV_NAME, MARKDOWN_NAME, PLOT_NAME = "summary.csv", "summary.md", "val_loss_vs_params.png"
-MISSING, UNREADABLE = "missing", "unreadable metrics.json"
+MISSING, UNREADABLE_OVERRIDES = "missing", "unreadable .hydra/overrides.yaml"
 
 
 @dataclass
@@ -63,7 +67,7 @@ class Job:
     name: str  # the folder name: Hydra's job number
     overrides: dict[str, str]  # key -> value, as given on the command line
     metrics: dict | None  # metrics.json, None when missing or unreadable
-    status: str  # a sweep_jobs.job_status, "missing" (no folder yet) or "unreadable metrics.json"
+    status: str  # a sweep_jobs.job_status, "missing" (no folder yet) or "unreadable .hydra/overrides.yaml"
     note: str = ""  # error.txt's line, why metrics.json is unreadable, where a running job runs, ...
 
     @property
@@ -84,8 +88,9 @@ def note(folder: Path, status: str, metrics: dict | None) -> str:
     """The one line that says more about a job than its status."""
     marker = read_marker(folder)
     if status == "running" and marker is not None:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(marker["started"]))
-        return f"pid {marker['pid']} on {marker['host']}, since {started}"
+        return describe(marker)
+    if status == "queued":
+        return f"not started yet by the sweep of {describe(read_marker(folder, CLAIM))}"
     if (folder / ERROR).is_file():
         return (folder / ERROR).read_text(encoding="utf-8").strip()
     if marker is not None:  # left behind by a job that was killed
@@ -100,19 +105,24 @@ def note(folder: Path, status: str, metrics: dict | None) -> str:
 def read_job(folder: Path, expected: list[str] | None = None) -> Job:
     """A job folder's files; a metrics.json that cannot be used makes the job unreadable, not the report.
     ``expected``: the job's overrides as its sweep defines them, for a folder without a .hydra record."""
-    overrides = original_overrides(folder)
+    try:
+        overrides, damaged = original_overrides(folder), None
+    except TinyLMError as e:
+        overrides, damaged = None, str(e)
     overrides = as_dict(overrides if overrides is not None else expected or [])
     status = job_status(folder)
     try:
         metrics = read_metrics(folder)
     except ValueError as e:
-        return Job(folder.name, overrides, None, UNREADABLE if status != "running" else status, str(e))
+        return Job(folder.name, overrides, None, status, str(e))
+    if damaged is not None:
+        return Job(folder.name, overrides, metrics, UNREADABLE_OVERRIDES, damaged)
     return Job(folder.name, overrides, metrics, status, note(folder, status, metrics))
 
 
 def is_job_folder(folder: Path) -> bool:
     return folder.is_dir() and any(
-        (folder / name).exists() for name in (".hydra/overrides.yaml", METRICS, ERROR, MARKER, LAST_CHECKPOINT)
+        (folder / name).exists() for name in (".hydra/overrides.yaml", METRICS, ERROR, MARKER, CLAIM, LAST_CHECKPOINT)
     )
 
 
@@ -264,23 +274,36 @@ def plot(jobs: list[Job], swept: list[str], title: str) -> Figure | None:
     return fig
 
 
-def report(sweep_dir: str | Path) -> tuple[str, list[Path]]:
-    """Write summary.csv, summary.md and the plot into ``sweep_dir``: (the Markdown, the files)."""
+def write_plot(fig: Figure | None, path: Path) -> None:
+    """The plot into ``path``; without one, no plot of an earlier report is left behind."""
+    path.unlink(missing_ok=True)
+    if fig is not None:
+        from tinylm.plotting import save_png
+
+        save_png(fig, path)
+
+
+def report(sweep_dir: str | Path) -> tuple[str, list[Path], list[str]]:
+    """Write summary.csv, summary.md and the plot into ``sweep_dir``: (the Markdown, the files written,
+    'name (why)' for each file that could not be written)."""
     sweep_dir = Path(sweep_dir)
     jobs = find_jobs(sweep_dir)
     swept, common = split_overrides(jobs)
     rows = table_rows(jobs, swept)
-    written = [sweep_dir / CSV_NAME, sweep_dir / MARKDOWN_NAME]
-    write_csv(rows, written[0])
     text = markdown(rows, common, sweep_dir.name, status_counts(jobs))
-    written[1].write_text(text, encoding="utf-8")
     fig = plot(jobs, swept, sweep_dir.name)
-    (sweep_dir / PLOT_NAME).unlink(missing_ok=True)  # never leave an earlier report's plot behind
-    if fig is not None:
-        from tinylm.plotting import save_png
-
-        written.append(save_png(fig, sweep_dir / PLOT_NAME))
-    return text, written
+    writers = {CSV_NAME: lambda path: write_csv(rows, path),
+               MARKDOWN_NAME: lambda path: path.write_text(text, encoding="utf-8"),
+               PLOT_NAME: lambda path: write_plot(fig, path)}
+    written, failed = [], []
+    for name, write in writers.items():
+        try:
+            write(sweep_dir / name)
+        except OSError as e:
+            failed.append(f"{name} ({e.strerror or e})")
+        else:
+            written += [sweep_dir / name] if (sweep_dir / name).is_file() else []
+    return text, written, failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,12 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_dir", help="the sweep's folder, e.g. outputs/multirun/2026-11-29_08-00-00")
     args = parser.parse_args(argv)
     try:
-        text, written = report(args.sweep_dir)
+        text, written, failed = report(args.sweep_dir)
     except TinyLMError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(text, end="")
-    print(f"\nwrote {', '.join(p.name for p in written)} in {args.sweep_dir}")
+    if written:
+        print(f"\nwrote {', '.join(p.name for p in written)} in {args.sweep_dir}")
+    if failed:
+        print(f"error: could not write {', '.join(failed)} in {args.sweep_dir}: make that folder writable, or move "
+              "what is in the way; the table above is complete", file=sys.stderr)
+        return 1
     return 0
 
 

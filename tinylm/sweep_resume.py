@@ -9,8 +9,11 @@ at every job's folder (``tinylm.sweep_jobs.job_status``):
   ``ckpt_path=<its last.ckpt>``, continuing exactly as a resumed run does, its ``.hydra`` record kept;
 - failed, not started, or no folder yet: launched as in a new sweep.
 
-A folder that holds a run of other settings than the job's (another command was run into this
-sweep folder), or a job that is still running, stops the re-run before anything is launched.
+Every job is planned, and each one to launch is claimed (``claim.json``, see ``tinylm.sweep_jobs``),
+before Hydra writes the sweep's ``multirun.yaml``. A folder that holds a run of other settings than
+the job's (another command was run into this sweep folder; overrides that compose the same config
+are the same settings), a job that is still running or claimed by another run of the sweep, or a
+job record that cannot be read stops the re-run with one line, and nothing is written.
 
 Ctrl-C in a sweep stops it cleanly with any launcher: each running job saves its ``last.ckpt``
 (``tinylm.safety.GracefulInterrupt``), the sweep records the stop in ``interrupted.txt``, jobs not
@@ -34,13 +37,27 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 from tinylm.run_folder import composed_log_dir, original_overrides
-from tinylm.sweep_jobs import job_status, read_metrics
+from tinylm.sweep_jobs import (
+    CLAIM,
+    MARKER,
+    METRICS,
+    UNREADABLE,
+    claim_job,
+    describe,
+    job_status,
+    planning_lock,
+    read_marker,
+    read_metrics,
+    release_claim,
+)
 
 log = logging.getLogger(__name__)
 STOP_FILE = "interrupted.txt"  # in the sweep folder: a Ctrl-C stopped this sweep
@@ -79,44 +96,114 @@ class ResumingLauncher:
         self.hydra_context = hydra_context
         self.config = config
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        self.planned: list[tuple[str, Path]] = []  # for every job of the sweep, by number
 
-    def job_folder(self, overrides: Sequence[str], num: int) -> Path:
-        """Where job number ``num`` with these overrides writes (``hydra.sweep.dir``/``hydra.sweep.subdir``)."""
+    def job_config(self, overrides: Sequence[str], num: int) -> DictConfig:
+        """Job number ``num``'s config, composed with these overrides as Hydra composes it."""
         job = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(job):
             job.hydra.job.num = num
-        return self.sweep_dir / str(job.hydra.sweep.subdir)
+        return job
 
-    def plan(self, job_overrides: Sequence[Sequence[str]], first: int) -> list[tuple[str, Path | None]]:
-        """For each job: ("new" | "keep" | "continue", its folder); None folders in a new sweep folder."""
-        if not any(p.is_dir() for p in self.sweep_dir.glob("*")):
-            return [("new", None)] * len(job_overrides)
+    @contextmanager
+    def claimed(self, job_overrides: Sequence[Sequence[str]]) -> Iterator[None]:
+        """Plan every job of the sweep and claim each one to launch (``sweep_jobs.claim_job``), before
+        anything else is written: a re-run that is refused leaves the sweep folder as it was. The
+        claims still held when the block ends are removed."""
+        jobs = [self.job_config(overrides, num) for num, overrides in enumerate(job_overrides)]
+        rerun = self.sweep_dir.is_dir() and any(p.is_dir() for p in self.sweep_dir.iterdir())
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        claims: list[tuple[Path, dict]] = []
+        try:
+            with planning_lock(self.sweep_dir):
+                self.planned = self.plan(job_overrides, jobs)
+                for num, (action, folder) in enumerate(self.planned):
+                    claim = claim_job(folder) if action != "keep" else None
+                    if action != "keep" and claim is None:
+                        raise SystemExit(self.refusal([(f"job {num} ({folder}) was claimed just now by another "
+                                                        "run of this sweep", "Let that one finish it.")]))
+                    if claim is not None:
+                        claims.append((folder, claim))
+            if rerun:
+                counts = {k: sum(1 for p, _ in self.planned if p == k) for k in ("keep", "continue", "new")}
+                print(f"finishing sweep {self.sweep_dir}: {counts['keep']} job(s) finished (kept as they are), "
+                      f"{counts['continue']} interrupted (continue from their last.ckpt), {counts['new']} to run",
+                      flush=True)
+            yield
+        finally:
+            for folder, claim in claims:
+                release_claim(folder, claim)
+
+    def plan(self, job_overrides: Sequence[Sequence[str]], jobs: Sequence[DictConfig]) -> list[tuple[str, Path]]:
+        """For each job: ("new" | "keep" | "continue", its folder); a SystemExit naming every job that
+        stops the re-run (other settings, running or queued elsewhere, a record that cannot be read)."""
         plan, problems = [], []
-        for num, overrides in enumerate(job_overrides, start=first):
-            folder = self.job_folder(overrides, num)
+        for num, (overrides, job) in enumerate(zip(job_overrides, jobs, strict=True)):
+            folder = self.sweep_dir / str(job.hydra.sweep.subdir)
             status = job_status(folder)
-            saved = original_overrides(folder)
-            theirs, ours = settings(saved or []) - settings(overrides), settings(overrides) - settings(saved or [])
-            if saved is not None and status != "not started" and (theirs or ours):
-                theirs, ours = " ".join(sorted(theirs)) or "(none)", " ".join(sorted(ours)) or "(none)"
-                problems.append(f"job {num} ({folder}) holds a run of other settings: it has {theirs} "
-                                f"where this command gives {ours}")
-            elif status == "running":
-                problems.append(f"job {num} ({folder}) is still running")
             plan.append(({"finished": "keep", "interrupted": "continue"}.get(status, "new"), folder))
+            try:
+                saved = original_overrides(folder)
+                if status == "interrupted":  # the continued job reads its resumes.yaml too: refused here if damaged
+                    from tinylm.resume import saved_overrides  # with the checkpoint reader (torch): only here
+
+                    saved_overrides(folder)
+            except TinyLMError as e:
+                problems.append((f"job {num}: {e}", "Then run this again."))
+                continue
+            other = self.other_settings(saved, overrides, num) if status != "not started" else None
+            if other is not None:
+                problems.append((f"job {num} ({folder}) holds a run of other settings: it has {other[0]} where "
+                                 f"this command gives {other[1]}", "Re-run a sweep with its own command line only; "
+                                 "for other settings use a new hydra.sweep.dir."))
+            elif status in ("running", "queued"):
+                name = MARKER if status == "running" else CLAIM
+                what = "is still running" if status == "running" else "is claimed by another run of this sweep"
+                problems.append((f"job {num} ({folder}) {what} ({describe(read_marker(folder, name))}); if it is "
+                                 "no longer running (a process on another host cannot be checked from here), delete "
+                                 f"{folder / name}", "Run this again once it has stopped."))
+            elif status == UNREADABLE:
+                try:
+                    read_metrics(folder)
+                except ValueError as e:
+                    problems.append((f"job {num} ({folder}): its {METRICS} cannot be read ({e}); restore that file, "
+                                     f"or delete the folder {folder} to train the job again", "Then run this again."))
         if problems:
-            raise SystemExit(f"error: cannot finish sweep {self.sweep_dir}: {'; '.join(problems)}. Re-run a sweep "
-                             "with its own command line only, once it has stopped; for other settings use a new "
-                             "hydra.sweep.dir")
-        counts = {k: sum(1 for p, _ in plan if p == k) for k in ("keep", "continue", "new")}
-        print(f"finishing sweep {self.sweep_dir}: {counts['keep']} job(s) finished (kept as they are), "
-              f"{counts['continue']} interrupted (continue from their last.ckpt), {counts['new']} to run", flush=True)
+            raise SystemExit(self.refusal(problems))
         return plan
+
+    def refusal(self, problems: Sequence[tuple[str, str]]) -> str:
+        """The one error line of a refused re-run: every problem, then what to do about them."""
+        fixes = " ".join(dict.fromkeys(fix for _, fix in problems))
+        return f"error: cannot finish sweep {self.sweep_dir}: {'; '.join(text for text, _ in problems)}. {fixes}"
+
+    def other_settings(self, saved: Sequence[str] | None, overrides: Sequence[str], num: int) -> tuple[str, str] | None:
+        """(what the folder's run has, what this command gives) where they train different settings; None
+        where they are the same: the same overrides, or overrides that compose the same config (an
+        override equal to the default is the same setting as none)."""
+        if saved is None:
+            return None
+        theirs, ours = settings(saved) - settings(overrides), settings(overrides) - settings(saved)
+        if not (theirs or ours) or self.same_config(saved, overrides, num):
+            return None
+        return " ".join(sorted(theirs)) or "(none)", " ".join(sorted(ours)) or "(none)"
+
+    def same_config(self, saved: Sequence[str], overrides: Sequence[str], num: int) -> bool:
+        """Whether both lists of overrides compose the same training config (``paths`` aside)."""
+
+        def trained(overrides: Sequence[str]) -> dict:
+            job = OmegaConf.to_container(self.job_config(overrides, num), resolve=False)
+            return {key: value for key, value in job.items() if key not in ("hydra", "paths")}
+
+        try:
+            return trained(saved) == trained(overrides)
+        except (HydraException, OmegaConfBaseException):  # the run's overrides do not compose any more
+            return False
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         if (self.sweep_dir / STOP_FILE).is_file():  # stopped by Ctrl-C in an earlier batch of this command
             return [skipped_job(overrides) for overrides in job_overrides]
-        plan = self.plan(job_overrides, initial_job_idx)
+        plan = self.planned[initial_job_idx:initial_job_idx + len(job_overrides)]
         returns: list[JobReturn | None] = [None] * len(job_overrides)
         segment: list[int] = []  # consecutive jobs to launch together, so each keeps its number
 
@@ -143,7 +230,7 @@ def settings(overrides: Sequence[str]) -> set[str]:
     return {o for o in overrides if not o.lstrip("+~").startswith(("paths.", "paths/", "paths="))}
 
 
-def launch_overrides(overrides: Sequence[str], action: str, folder: Path | None) -> list[str]:
+def launch_overrides(overrides: Sequence[str], action: str, folder: Path) -> list[str]:
     """A job's overrides as launched: an interrupted job continues from its last.ckpt, its record kept."""
     if action != "continue":
         return list(overrides)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -29,7 +28,7 @@ from tinylm.module import LitLanguageModel
 from tinylm.resume import check_resume, record_resume
 from tinylm.run_logs import held_file_logs, log_error_to_files, quiet_lightning
 from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
-from tinylm.sweep_jobs import ERROR, METRICS, running_marker, write_json
+from tinylm.sweep_jobs import ERROR, METRICS, read_metrics, running_marker, write_json
 from tinylm.sweep_resume import continue_requeued, mark_stopped, sweep_stopped, thread_share
 
 log = logging.getLogger(__name__)
@@ -110,12 +109,17 @@ def finite_or_none(value: float) -> float | None:
 
 
 def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:
-    """Say that the run is done and how to train it further; return its saved metrics untouched."""
+    """Say that the run is done and how to train it further; return its saved metrics untouched (none,
+    and one line saying so, when its metrics.json cannot be read: nothing is written either way)."""
     print(f"run {output_dir} is already finished: {ckpt_path} is at step {step} and trainer.max_steps={max_steps}, "
           f"so nothing was trained or written. To train it further, resume with more steps, e.g. "
           f"`python train.py ckpt_path={ckpt_path} trainer.max_steps={max(step, max_steps) * 2}`", flush=True)
-    saved = output_dir / METRICS
-    return json.loads(saved.read_text()) if saved.is_file() else {}
+    try:
+        return read_metrics(output_dir) or {}
+    except ValueError as e:
+        print(f"its {output_dir / METRICS} cannot be read ({e}), so its results are not reported: restore that "
+              "file (its checkpoints and train.log are untouched)", flush=True)
+        return {}
 
 
 def train(cfg: DictConfig) -> dict:

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional  # noqa: UP035 - Hydra reads these annota
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 
 @dataclass
@@ -36,9 +37,14 @@ class ResumableSweeper(BasicSweeper):
         self.launcher = ResumingLauncher(self.launcher, hydra_context, config)
 
     def sweep(self, arguments: Sequence[str]) -> Any:
+        """Every job of the sweep (expanded as BasicSweeper expands them) is planned and claimed before
+        BasicSweeper writes multirun.yaml: a refused re-run writes nothing."""
         from tinylm.sweep_resume import start_sweep, stop_after_interrupt
 
-        start_sweep(self.config)
-        returns = super().sweep(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        (jobs,) = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]), None)
+        with self.launcher.claimed(jobs):
+            start_sweep(self.config)
+            returns = super().sweep(arguments)
         stop_after_interrupt(self.config)
         return returns
