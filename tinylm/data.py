@@ -133,6 +133,17 @@ def gather_windows(ids: torch.Tensor, offsets: torch.Tensor, block_size: int):
     return windows[:, :-1], windows[:, 1:]
 
 
+def data_identity(*parts) -> dict:
+    """What a checkpoint records of its data (``tinylm.module``), so that a resume on an edited text
+    can tell: the token count and a SHA-256 of the ids of each part (training, validation), in order.
+    Not the path: a shared checkpoint should not reveal it."""
+    digest = hashlib.sha256()
+    for part in parts:
+        ids = np.asarray(part, dtype=np.int64)
+        digest.update(len(ids).to_bytes(8, "little") + ids.tobytes())
+    return {"tokens": sum(len(part) for part in parts), "sha256": digest.hexdigest()}
+
+
 class SeededBatches(IterableDataset):
     """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s), so a
     resumed run (``start_step``) draws exactly what an uninterrupted one would. ``draw(generator)``
@@ -233,11 +244,7 @@ class TextDataModule(L.LightningDataModule):
         #                    = (loss per token / ln 2) / (characters per token), for every tokenizer.
         self.val_chars_per_token = max(len(val_text), 1) / max(len(self.val_ids), 1)
         self._check_lengths()
-        # what a checkpoint records of its data (tinylm.module): a resume on an edited text can tell
-        digest = hashlib.sha256(self.train_ids.numpy().tobytes())
-        digest.update(self.val_ids.numpy().tobytes())
-        self.identity = {"path": str(self.path), "tokens": len(self.train_ids) + len(self.val_ids),
-                         "sha256": digest.hexdigest()}
+        self.identity = data_identity(self.train_ids, self.val_ids)
         generator = torch.Generator().manual_seed(self.seed)
         count = self.val_batches * self.batch_size
         self.val_offsets = torch.randint(len(self.val_ids) - self.block_size, (count,), generator=generator)

@@ -7,7 +7,7 @@ decoder-only one, is also scored at each validation on the exact match and the c
 rate of its greedy translations (``val/exact_match``, ``val/cer``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
-tokenizer (``tokenizer`` key), the data's identity (``data``: path, token count, hash of the ids) and the
+tokenizer (``tokenizer`` key), the data's identity (``data``: token count, hash of the ids) and the
 weights, so ``torch.load(path, weights_only=True)`` reads them and a checkpoint alone is enough to generate.
 """
 
@@ -67,6 +67,8 @@ class LitLanguageModel(L.LightningModule):
         # ModelCheckpoint's best-stepNNNNNN.ckpt); saved in checkpoints, so a resume keeps it
         self.best_val_loss = math.inf
         self.best_step: int | None = None
+        # what the data module says of its data (token count, hash of the ids): set by the training job
+        self.data_identity: dict | None = None
         self._translation_counts: list[tuple[int, int, int, int]] = []  # per validation batch
 
     def forward(self, idx, targets=None):
@@ -141,11 +143,8 @@ class LitLanguageModel(L.LightningModule):
         # dropout's random state, so a resumed run draws the same masks as an uninterrupted one
         checkpoint["torch_rng_state"] = torch.get_rng_state()
         checkpoint["best_val"] = {"loss": self.best_val_loss, "step": self.best_step}
-        # the data's path, token count and hash of its ids, for tinylm.resume.check_resume (a data module without one,
-        # and checkpoints before it, record none)
-        identity = getattr(self.trainer.datamodule, "identity", None)
-        if identity is not None:
-            checkpoint["data"] = dict(identity)
+        if self.data_identity is not None:  # for tinylm.resume.check_resume; checkpoints before it have none
+            checkpoint["data"] = dict(self.data_identity)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "torch_rng_state" in checkpoint:

@@ -173,7 +173,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
 def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, data: dict | None = None) -> int:
     """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training.
 
-    ``data``: the data module's ``identity`` (path, token count, hash of the ids). Where the checkpoint
+    ``data``: the data module's ``identity`` (token count, hash of the ids). Where the checkpoint
     records another text of the same vocabulary (an edited file), one warning says that the
     validation split and the windows differ; a checkpoint that records none is not compared.
     """
@@ -197,9 +197,10 @@ def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, da
     trained_on = checkpoint.get("data")  # absent from checkpoints before the data had an identity
     if isinstance(trained_on, dict) and data is not None and trained_on.get("sha256") != data["sha256"]:
         logging.getLogger(__name__).warning(
-            "data.path=%s is not the text checkpoint %s was trained on (%s tokens now, %s then; the same vocabulary): "
+            "the data is not the text checkpoint %s was trained on (%s tokens now, %s then; the same vocabulary): "
             "the validation split and the training windows differ from the checkpoint's data, so loss/val before and "
-            "after this resume are not comparable", data["path"], path, data["tokens"], trained_on.get("tokens"))
+            "after this resume are not comparable; resume with the run's own data.path to continue it exactly",
+            path, data["tokens"], trained_on.get("tokens"))
     return int(checkpoint.get("global_step", 0))
 
 
