@@ -9,6 +9,9 @@ hard-linked to ``running.json``, which fails when that name exists. Then:
 - its process is gone (``kill -9``, a power cut) or the marker is damaged: stale, taken over. The
   stale file is first renamed to a name of this process's own, so of two processes taking it over
   at once only one gets it; one that grabbed a fresh claim instead gives it back.
+- it was written by an earlier attempt of this SLURM job (the same SLURM_JOB_ID, a lower
+  SLURM_RESTART_COUNT): SLURM requeued the job, perhaps onto another node, after ending that
+  attempt, so it is stale too however its host looks from here.
 """
 
 from __future__ import annotations
@@ -39,6 +42,21 @@ def refusal(folder: Path, holder: dict) -> FolderInUse:
                        f"(since {since}): two processes must not train one run; wait until it ends, or stop it{gone}")
 
 
+def slurm_attempt() -> dict:
+    """This process's SLURM job and attempt (none outside SLURM), kept in the marker."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return {"slurm_job": job, "slurm_restart": int(os.environ.get("SLURM_RESTART_COUNT") or 0)} if job else {}
+
+
+def stale(holder: dict | None) -> bool:
+    """Whether the claim ``holder`` is no longer held: damaged, its process gone, or an earlier SLURM attempt."""
+    if holder is None or not alive(holder):
+        return True
+    mine = slurm_attempt()
+    return bool(mine) and holder.get("slurm_job") == mine["slurm_job"] and \
+        isinstance(holder.get("slurm_restart"), int) and holder["slurm_restart"] < mine["slurm_restart"]
+
+
 def _take_over(folder: Path, stale: bytes) -> None:
     """Remove the stale ``running.json`` whose bytes were ``stale``, unless it changed meanwhile."""
     grabbed = folder / f"{MARKER}.stale-{os.getpid()}"
@@ -58,7 +76,8 @@ def _take_over(folder: Path, stale: bytes) -> None:
 def claim(folder: Path) -> bytes:
     """Claim ``folder`` for this process; return the marker written. TinyLMError if another holds it."""
     folder.mkdir(parents=True, exist_ok=True)
-    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}).encode()
+    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                       **slurm_attempt()}).encode()
     private = folder / f"{MARKER}.{os.getpid()}"
     private.write_bytes(mine)
     try:
@@ -73,7 +92,7 @@ def claim(folder: Path) -> bytes:
             except FileNotFoundError:  # its holder just ended
                 continue
             holder = read_marker(folder)
-            if holder is not None and alive(holder):
+            if not stale(holder):
                 raise refusal(folder, holder)
             _take_over(folder, held)
     finally:

@@ -49,11 +49,19 @@ def write_failed(path: Path, error: OSError) -> TinyLMError:
         free = f"{_size(shutil.disk_usage(path.parent).free)} free on that disk"
     except OSError:
         free = "free space unknown"
-    kept = f"the previous {path.name} is kept unchanged" if path.is_file() else f"no earlier {path.name} existed"
+    kept = f"the previous {path.name} is kept unchanged" if path.is_file() else "earlier checkpoints are kept"
     last = path.parent / "last.ckpt"
     resume = (f", then resume with `python train.py {shlex.quote(f'ckpt_path={last}')}`" if last.is_file()
               else ", then train again")
     return TinyLMError(f"could not write checkpoint {path}: {reason}, {free}; {kept}. Free some space{resume}")
+
+
+def os_error(error: BaseException | None) -> OSError | None:
+    """The OSError (a full disk, a quota, an I/O error) behind ``error``: torch.save reports a failed
+    write as a RuntimeError raised while handling the OSError ("unexpected pos ...")."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -69,9 +77,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
-        except OSError as e:  # a full disk, a quota, an I/O error: the old file stays, the partial one goes
+        except BaseException as e:  # the old file stays, the partial one goes
             tmp.unlink(missing_ok=True)
-            raise write_failed(path, e) from None
+            cause = os_error(e)
+            if cause is None:
+                raise
+            raise write_failed(path, cause) from None
 
 
 def remove_partial_checkpoints(checkpoint_dir: Path) -> list[Path]:
