@@ -57,15 +57,15 @@ def stale(holder: dict | None) -> bool:
         isinstance(holder.get("slurm_restart"), int) and holder["slurm_restart"] < mine["slurm_restart"]
 
 
-def _take_over(folder: Path, stale: bytes) -> None:
-    """Remove the stale ``running.json`` whose bytes were ``stale``, unless it changed meanwhile."""
+def _take_over(folder: Path, seen: bytes) -> None:
+    """Remove the stale ``running.json`` whose bytes were ``seen``, unless it changed meanwhile."""
     grabbed = folder / f"{MARKER}.stale-{os.getpid()}"
     try:
         os.rename(folder / MARKER, grabbed)
     except FileNotFoundError:  # another process removed it first
         return
     try:
-        if grabbed.read_bytes() != stale:  # a fresh claim came in between: give it back
+        if grabbed.read_bytes() != seen:  # a fresh claim came in between: give it back
             os.link(grabbed, folder / MARKER)
     except FileExistsError:
         pass
