@@ -236,3 +236,12 @@ def test_a_claim_of_an_earlier_attempt_of_a_requeued_slurm_job_is_taken_over(tmp
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job
     with run_lock.holding(folder):
         assert json.loads((folder / MARKER).read_text())["slurm_restart"] == 1
+
+
+def test_taking_over_gives_back_a_claim_made_since_it_was_judged_stale(tmp_path):
+    marker = tmp_path / MARKER
+    marker.write_bytes(b'{"fresh": "claim"}')
+    run_lock._take_over(tmp_path, seen=b'{"the": "stale one"}')  # another process claimed in between
+    assert marker.read_bytes() == b'{"fresh": "claim"}'
+    run_lock._take_over(tmp_path, seen=b'{"fresh": "claim"}')
+    assert not marker.exists() and not list(tmp_path.iterdir())
