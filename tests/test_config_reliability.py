@@ -15,7 +15,6 @@ from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.pairs import PairDataModule
 from tinylm.resume import check_resume
-from tinylm.training import build_datamodule, build_module
 from tinylm.training import main as train_main
 
 GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
@@ -121,57 +120,62 @@ def test_too_few_training_windows_says_lower_val_fraction(tmp_path, text, val_fr
     assert "lower data.val_fraction" in message and " -" not in message
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A 2-step run (in-process) on a repeated text; returns its config and its last checkpoint."""
-    root = tmp_path_factory.mktemp("identity")
-    text = root / "tiny.txt"
+RUN = [*TINY_MODEL, "trainer.val_check_interval=2", "callbacks=minimal", "logger=none"]
+
+
+@pytest.fixture
+def tiny_run(tmp_path):
+    """A 2-step run (in-process) on a repeated text; returns its text file and its last checkpoint."""
+    text = tmp_path / "tiny.txt"
     text.write_text(TINY_TEXT * 30, encoding="utf-8")
-    cfg = compose(*TINY_MODEL, f"data.path={text}", "trainer.max_steps=2", "trainer.val_check_interval=2",
-                  "callbacks=minimal", "logger=none", output_dir=root / "run")
-    train_main(cfg)
-    return cfg, root / "run" / "checkpoints" / "last.ckpt"
+    train_main(compose(*RUN, f"data.path={text}", "trainer.max_steps=2", output_dir=tmp_path / "run"))
+    return text, tmp_path / "run" / "checkpoints" / "last.ckpt"
 
 
-def resume_check(cfg, ckpt, caplog) -> list[str]:
-    """What train.py checks before a resume trains (the data read anew, the model built on it): the warnings."""
-    data = build_datamodule(cfg)
-    data.prepare()
-    module = build_module(cfg, data)
+def resume_warnings(text, ckpt, caplog) -> list[str]:
+    """Resume the run in-process for 2 more steps, as train.py ckpt_path=... does; its warnings about the data."""
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
-        assert check_resume(ckpt, dict(module.hparams.model), module.tokenizer_state, data.identity) == 2
+        train_main(compose(*RUN, f"data.path={text}", "trainer.max_steps=4", f"ckpt_path={ckpt}",
+                           output_dir=ckpt.parent.parent))
     return [r.getMessage() for r in caplog.records if r.name == "tinylm.resume"]
 
 
 def test_a_checkpoint_records_its_data_as_plain_data(tiny_run):
-    cfg, ckpt = tiny_run
+    _, ckpt = tiny_run
     recorded = torch.load(ckpt, map_location="cpu", weights_only=True)["data"]
-    assert recorded["path"] == cfg.data.path and recorded["tokens"] == len(TINY_TEXT) * 30
-    assert len(recorded["sha256"]) == 64
+    assert set(recorded) == {"tokens", "sha256"}  # not the path: a shared checkpoint keeps it private
+    assert recorded["tokens"] == len(TINY_TEXT) * 30 and len(recorded["sha256"]) == 64
+
+
+def test_pairs_record_their_data_too(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{n}\t{n * 2}\n" for n in range(40)), encoding="utf-8")
+    data = PairDataModule(path=str(pairs), block_size=8, seed=1)
+    data.prepare()
+    again = PairDataModule(path=str(pairs), block_size=8, seed=2)  # another seed: another split of the same pairs
+    again.prepare()
+    assert data.identity["tokens"] == sum(len(s) + len(t) + 2 for s, t in data.train_examples + data.val_examples)
+    assert data.identity["sha256"] != again.identity["sha256"]
 
 
 def test_a_resume_on_an_edited_text_of_the_same_vocabulary_warns_once(tiny_run, caplog):
-    cfg, ckpt = tiny_run
-    assert resume_check(cfg, ckpt, caplog) == []  # the same text: nothing to say
-    text = ROOT.joinpath(cfg.data.path)
-    original = text.read_text(encoding="utf-8")
+    text, ckpt = tiny_run
+    assert resume_warnings(text, ckpt, caplog) == []  # the same text: nothing to say
     text.write_text(TINY_TEXT * 31, encoding="utf-8")  # longer, the same characters
-    try:
-        (warning,) = resume_check(cfg, ckpt, caplog)
-    finally:
-        text.write_text(original, encoding="utf-8")
+    (warning,) = resume_warnings(text, ckpt, caplog)
     tokens = len(TINY_TEXT)
-    assert warning == (f"data.path={text} is not the text checkpoint {ckpt} was trained on ({tokens * 31} tokens now, "
+    assert warning == (f"the data is not the text checkpoint {ckpt} was trained on ({tokens * 31} tokens now, "
                        f"{tokens * 30} then; the same vocabulary): the validation split and the training windows "
-                       "differ from the checkpoint's data, so loss/val before and after this resume are not comparable")
+                       "differ from the checkpoint's data, so loss/val before and after this resume are not "
+                       "comparable; resume with the run's own data.path to continue it exactly")
 
 
 @pytest.mark.parametrize("name", ["release-0.1-gpt-rope.ckpt", "release-0.1-lstm.ckpt"])
 def test_a_checkpoint_without_a_data_record_loads_without_a_warning(caplog, name):
     ckpt = ROOT / "tests" / "fixtures" / name
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)
-    identity = {"path": "other.txt", "tokens": 1, "sha256": "0" * 64}
+    identity = {"tokens": 1, "sha256": "0" * 64}
     with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
         assert check_resume(ckpt, {"arch": "gpt", **saved["model_config"]}, saved["tokenizer"], identity) == \
             saved["global_step"]

@@ -27,7 +27,8 @@ import hydra_plugins.tinylm_sweeper.resumable_sweeper  # noqa: F401 - registers 
 from tinylm.errors import TinyLMError
 from tinylm.resume import plan_resume, record_resume, saved_overrides
 from tinylm.run_folder import original_overrides
-from tinylm.sweep_jobs import job_status, running_marker
+from tinylm.run_lock import holding
+from tinylm.sweep_jobs import job_status
 from tinylm.sweep_report import main as report_main
 from tinylm.sweep_resume import ResumingLauncher
 from tinylm.training import already_finished
@@ -111,7 +112,7 @@ def test_a_second_rerun_does_not_continue_the_jobs_the_first_one_claimed(killed_
         assert "job 0" not in message
 
         # the job takes its sweep's claim over when it starts: running.json, then no claim.json
-        with running_marker(killed_sweep / "1"):
+        with holding(killed_sweep / "1"):
             assert not claims[0].exists() and job_status(killed_sweep / "1") == "running"
             assert "job 1 (" in refusal(killed_sweep) and "is still running" in refusal(killed_sweep)
     assert not list(killed_sweep.rglob("claim.json"))  # the first re-run ended: its claims are gone

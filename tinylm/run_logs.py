@@ -9,10 +9,13 @@ products and a deprecation warning from inside its own code on every run.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from logging.handlers import MemoryHandler
+from pathlib import Path
 
 NOISE = ("💡 Tip:",)  # Lightning's advertisements, printed on every run
 
@@ -71,3 +74,13 @@ def log_error_to_files(message: str) -> None:
                                     "msg": "%s", "args": (message,)})
     for handler in _file_handlers():
         handler.handle(record)
+
+
+@contextmanager
+def expected_checkpoints(dirpath: Path) -> Iterator[None]:
+    """Without Lightning's warning that ``dirpath`` "exists and is not empty": a resume into its own
+    folder finds its own checkpoints there, as it should. Other folders still get the warning."""
+    message = f"Checkpoint directory {os.path.realpath(dirpath)} exists and is not empty"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=re.escape(message))
+        yield

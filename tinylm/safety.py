@@ -1,14 +1,19 @@
-"""Never lose a run: atomic checkpoint writes and a Ctrl-C that saves before it stops.
+"""Never lose a run: atomic checkpoint writes, and a Ctrl-C or SIGTERM that saves before it stops.
 
 - ``AtomicCheckpointIO`` writes ``<name>.tmp`` next to the target, fsyncs it and renames it over
-  the target, so ``kill -9`` at any moment leaves either the old good file or the new one.
-- ``GracefulInterrupt`` turns Ctrl-C (SIGINT) into: finish the step, save ``last.ckpt``, stop.
+  the target, so ``kill -9`` at any moment leaves either the old good file or the new one (and a
+  ``.tmp`` that the run's next start removes, ``remove_partial_checkpoints``). A write that fails
+  (a full disk) removes its ``.tmp``, keeps the old file and is one ``error:`` line.
+- ``GracefulInterrupt`` turns Ctrl-C (SIGINT) and SIGTERM (``kill``, ``docker stop``, a SLURM
+  pre-emption) into: finish the step, save ``last.ckpt``, stop. ``train.py`` then exits 130 after
+  Ctrl-C and 143 after SIGTERM (128 + the signal's number, as a shell reports a killed program).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -17,6 +22,47 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from tinylm.errors import TinyLMError
+
+TMP_SUFFIX = ".tmp"  # a checkpoint being written: <name>.ckpt.tmp
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # what stops a run cleanly, as told to the user
+# what a second stop signal does: stop at once (SIGINT raises KeyboardInterrupt, SIGTERM ends the process)
+AT_ONCE = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+def exit_code(signum: int) -> int:
+    """How a program stopped by this signal exits: 128 + its number (Ctrl-C 130, SIGTERM 143)."""
+    return 128 + int(signum)
+
+
+def _size(n: float) -> str:
+    units = ["B", "KiB", "MiB", "GiB"]
+    while n >= 1024 and len(units) > 1:
+        n, units = n / 1024, units[1:]
+    return f"{n:.0f} B" if units[0] == "B" else f"{n:.1f} {units[0]}"
+
+
+def write_failed(path: Path, error: OSError) -> TinyLMError:
+    """One line for a checkpoint that could not be written: why, the free space, what was kept."""
+    reason = f"{error.strerror or error} (errno {error.errno})" if error.errno else str(error)
+    try:
+        free = f"{_size(shutil.disk_usage(path.parent).free)} free on that disk"
+    except OSError:
+        free = "free space unknown"
+    kept = f"the previous {path.name} is kept unchanged" if path.is_file() else "earlier checkpoints are kept"
+    last = path.parent / "last.ckpt"
+    resume = (f", then resume with `python train.py {shlex.quote(f'ckpt_path={last}')}`" if last.is_file()
+              else ", then train again")
+    return TinyLMError(f"could not write checkpoint {path}: {reason}, {free}; {kept}. Free some space{resume}")
+
+
+def os_error(error: BaseException | None) -> OSError | None:
+    """The OSError (a full disk, a quota, an I/O error) behind ``error``: torch.save reports a failed
+    write as a RuntimeError raised while handling the OSError ("unexpected pos ...")."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Write each checkpoint to a temporary file in the same folder, then rename it into place."""
@@ -24,38 +70,77 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
+        tmp = path.with_name(path.name + TMP_SUFFIX)
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
+        except BaseException as e:  # the old file stays, the partial one goes
+            tmp.unlink(missing_ok=True)
+            cause = os_error(e)
+            if cause is None:
+                raise
+            raise write_failed(path, cause) from None
+
+
+def remove_partial_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    """Remove the ``*.ckpt.tmp`` that a killed run left in ``checkpoint_dir`` (call it while holding
+    the run folder, ``tinylm.run_lock``); return what was removed."""
+    removed = sorted(Path(checkpoint_dir).glob(f"*.ckpt{TMP_SUFFIX}"))
+    for tmp in removed:
+        tmp.unlink(missing_ok=True)
+    return removed
 
 
 class GracefulInterrupt(L.Callback):
-    """First Ctrl-C: finish the current step, validate and save ``last.ckpt``, then stop.
+    """First Ctrl-C or SIGTERM: finish the current step, validate and save ``last.ckpt``, then stop.
 
-    Stopping between steps keeps the saved loop state consistent, so the run resumes exactly.
-    A second Ctrl-C interrupts at once (Python's default behaviour is restored after the first).
+    Stopping between steps keeps the saved loop state consistent, so the run resumes exactly. A
+    second signal stops at once. While training, these handlers replace Lightning's own SIGTERM
+    handler (its SignalConnector makes the loop raise SIGTERMException: exit 0 and nothing saved);
+    Lightning's handlers come back when training ends. Its SLURM requeue signal (SIGUSR1) is left
+    alone. With several processes (DDP), a signal to any rank stops every rank after the same step.
     """
 
     def __init__(self):
+        self.signal: int | None = None  # what stopped training
         self.interrupted_at: int | None = None
-        self._previous = None
+        self._requested: int | None = None  # a signal that came, not acted on yet
+        self._previous: dict[int, object] = {}
 
     def on_train_start(self, trainer, pl_module):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, lambda *_: self._request_stop(trainer))
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._request_stop)
 
-    def _request_stop(self, trainer):
-        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
-        self.interrupted_at = trainer.global_step
-        trainer.should_stop = True
-        print("\nCtrl-C: stopping after this step and saving last.ckpt (Ctrl-C again to abort)", flush=True)
+    def _request_stop(self, signum, frame):
+        for other, handler in AT_ONCE.items():
+            signal.signal(other, handler)
+        self._requested = signum
+        name = STOP_SIGNALS[signal.Signals(signum)]
+        print(f"\n{name}: stopping after this step and saving last.ckpt ({name} again to stop at once)", flush=True)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        requested = self._requested or 0
+        if trainer.world_size > 1:  # every rank stops after the same step, whichever rank got the signal
+            mine = torch.tensor(requested, device=trainer.strategy.root_device)
+            requested = int(trainer.strategy.reduce(mine, reduce_op="max"))
+        if requested and self.signal is None:
+            self.signal, self.interrupted_at = requested, trainer.global_step
+            trainer.should_stop = True
+
+    def _restore(self):
+        for signum, previous in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._restore()
 
     def on_train_end(self, trainer, pl_module):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        self._restore()
         if self.interrupted_at is not None and trainer.is_global_zero:
             if trainer.checkpoint_callback:
                 last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"

@@ -11,7 +11,7 @@ A training job leaves these files in its folder (``tinylm.training`` writes them
 
 A sweep claims each job it is about to launch (``claim_job``): ``claim.json``, created exclusively,
 names the sweep's process. A second run of the same sweep sees the job as queued and leaves it
-alone. The job takes the claim over when it starts (``running_marker`` writes ``running.json``,
+alone. The job takes the claim over when it starts (``tinylm.run_lock.claim`` makes ``running.json``,
 then removes ``claim.json``); the sweep removes the claims still left when it ends
 (``release_claim``). A training run never reads ``claim.json``; a claim whose process is gone
 (``kill -9``) counts for nothing and is replaced by the next run of the sweep.
@@ -62,21 +62,6 @@ def write_json(path: Path, data: dict) -> None:
 def this_process() -> dict:
     """What ``running.json`` and ``claim.json`` record: this process's id, host and the time now."""
     return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-
-
-@contextmanager
-def running_marker(folder: Path) -> Iterator[None]:
-    """``running.json`` in ``folder`` for the duration of the block; the sweep's claim on the job,
-    if any, is taken over (removed once the marker is there). A job that runs again is not failed
-    any more: an ``error.txt`` of an earlier attempt is removed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / ERROR).unlink(missing_ok=True)
-    write_json(folder / MARKER, this_process())
-    (folder / CLAIM).unlink(missing_ok=True)
-    try:
-        yield
-    finally:
-        (folder / MARKER).unlink(missing_ok=True)
 
 
 def parse_metrics(text: str) -> dict:

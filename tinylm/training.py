@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -18,6 +19,7 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,10 +28,11 @@ from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.module import LitLanguageModel
 from tinylm.resume import check_resume, record_resume
-from tinylm.run_logs import held_file_logs, log_error_to_files, quiet_lightning
-from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
-from tinylm.sweep_jobs import ERROR, METRICS, read_metrics, running_marker, write_json
-from tinylm.sweep_resume import continue_requeued, mark_stopped, sweep_stopped, thread_share
+from tinylm.run_lock import FolderInUse, holding
+from tinylm.run_logs import expected_checkpoints, held_file_logs, log_error_to_files, quiet_lightning
+from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt, exit_code, remove_partial_checkpoints
+from tinylm.sweep_jobs import ERROR, METRICS, read_metrics, write_json
+from tinylm.sweep_resume import continue_requeued, job_stopped_by, sweep_stopped, thread_share
 
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
@@ -58,6 +61,7 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
         translation_pairs=getattr(datamodule, "translation_pairs", False),
         **optim,
     )
+    module.data_identity = datamodule.identity  # recorded in its checkpoints
     if cfg.compile:
         # In place: the parameters keep their names, so checkpoints load compiled or not.
         module.model.compile()
@@ -125,39 +129,52 @@ def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int
 def train(cfg: DictConfig) -> dict:
     """Train as the config says; return the final metrics (also written to metrics.json).
 
-    A resume (``ckpt_path``) writes nothing, not even a log line to the run's ``train.log``,
-    until the checkpoint is known to fit the config and to have steps left to train. From then until
-    training ends, ``running.json`` in the run folder says that it runs (``tinylm.sweep_jobs``).
+    The run folder is claimed first (rank 0, ``tinylm.run_lock``): while one process trains a run,
+    ``running.json`` in its folder says so (``tinylm.sweep_jobs``) and a second one is refused.
+    A resume writes nothing else, not even a log line to the run's ``train.log``, until the
+    checkpoint is known to fit the config and to have steps left to train. From then on an error
+    is written into ``train.log`` too (in a new run: from the start).
     """
-    validate(cfg)
-    quiet_lightning()
-    threads = cfg.threads or thread_share()
-    if threads:  # before the first torch op starts PyTorch's thread pool
-        torch.set_num_threads(threads)
-        if not cfg.threads:
-            log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
-                     "parallel jobs (set threads= to choose)", threads, HydraConfig.get().launcher.n_jobs)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    output_dir = Path(cfg.paths.output_dir)
-    ckpt_path = resolve_path(continue_requeued(cfg))
-
-    with held_file_logs(hold=bool(ckpt_path)):
-        datamodule = build_datamodule(cfg)
-        datamodule.prepare()
-        module = build_module(cfg, datamodule)
-        if ckpt_path:
-            step = check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state)
-            if step >= cfg.trainer.max_steps:
-                return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)
-            if HydraConfig.initialized():
-                record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
-            log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
-                     step, ckpt_path, cfg.trainer.max_steps)
-    log.info("data: %s", datamodule.summary())
-    print(module.model.format_parameter_table())
-    # running.json while training (rank 0): how a sweep report tells a running job from a killed one
-    with running_marker(output_dir) if rank_zero_only.rank == 0 else nullcontext():
-        return fit(cfg, datamodule, module, output_dir, ckpt_path)
+    in_the_run = not cfg.ckpt_path  # whether an error belongs in the run's train.log
+    try:
+        validate(cfg)
+        quiet_lightning()
+        threads = cfg.threads or thread_share()
+        if threads:  # before the first torch op starts PyTorch's thread pool
+            torch.set_num_threads(threads)
+            if not cfg.threads:
+                log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
+                         "parallel jobs (set threads= to choose)", threads, HydraConfig.get().launcher.n_jobs)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        output_dir = Path(cfg.paths.output_dir)
+        ckpt_path = resolve_path(continue_requeued(cfg))
+        in_the_run = not ckpt_path
+        with holding(output_dir) if rank_zero_only.rank == 0 else nullcontext():
+            with held_file_logs(hold=bool(ckpt_path)):
+                datamodule = build_datamodule(cfg)
+                datamodule.prepare()
+                module = build_module(cfg, datamodule)
+                if ckpt_path:
+                    step = check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state,
+                                        datamodule.identity)
+                    if step >= cfg.trainer.max_steps:
+                        return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)
+                    if HydraConfig.initialized():
+                        record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
+                    log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
+                             step, ckpt_path, cfg.trainer.max_steps)
+            in_the_run = True
+            if rank_zero_only.rank == 0:  # what an earlier attempt left: its error, half-written checkpoints
+                (output_dir / ERROR).unlink(missing_ok=True)
+                for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):
+                    log.info("removed %s, a checkpoint half written when the run was killed", tmp)
+            log.info("data: %s", datamodule.summary())
+            print(module.model.format_parameter_table())
+            return fit(cfg, datamodule, module, output_dir, ckpt_path)
+    except TinyLMError as e:
+        if in_the_run:
+            log_error_to_files(f"error: {e}")
+        raise
 
 
 def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
@@ -177,7 +194,10 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     )
     refuse_relaunch_in_sweep(trainer)
     started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    # a resume into its own folder finds its checkpoints there: Lightning's warning about them is noise
+    own = ckpt_path and Path(ckpt_path).parent == output_dir / "checkpoints"
+    with expected_checkpoints(output_dir / "checkpoints") if own else nullcontext():
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     wall = time.perf_counter() - started
 
     val_loss = trainer.callback_metrics.get("loss/val")
@@ -199,6 +219,7 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         if tag in trainer.callback_metrics:
             metrics[key] = float(trainer.callback_metrics[tag])
     metrics["interrupted"] = interrupt.interrupted_at is not None
+    metrics["interrupted_by"] = signal.Signals(interrupt.signal).name if metrics["interrupted"] else None
     # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)
     metrics["stopped_early"] = bool(stopping and stopping.stopping_reason_message and not metrics["interrupted"]
                                     and trainer.global_step < cfg.trainer.max_steps)
@@ -251,32 +272,44 @@ def main(cfg: DictConfig) -> float:
     error line, writes it to ``error.txt`` in its folder and returns +inf, so the other jobs of the
     sweep still run and Optuna records the trial as the worst one (a NaN would stop its search). A job
     that crashes (a bug, out of memory) writes error.txt too, then stops the sweep as before.
-    A single new run writes the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
+    A run writes the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
+    A job refused because another process trains in its folder writes nothing there.
+
+    Ctrl-C or SIGTERM: the run saves its last.ckpt and exits 130 or 143; in a sweep the job returns
+    and the sweep stops (``tinylm.sweep_resume.job_stopped_by``).
     """
     in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if in_sweep and sweep_stopped():  # Ctrl-C stopped the sweep before this job started
+    if in_sweep and sweep_stopped():  # Ctrl-C or SIGTERM stopped the sweep before this job started
         print(f"job {HydraConfig.get().job.num}: not started, the sweep was stopped", file=sys.stderr, flush=True)
         return math.nan
     try:
         metrics = train(cfg)
+    except SIGTERMException:  # Lightning's own handler: SIGTERM while the Trainer set up, before training
+        print("SIGTERM before training started: nothing was trained or saved", file=sys.stderr, flush=True)
+        stopped_by_signal(signal.SIGTERM, in_sweep)
+        return math.nan
     except TinyLMError as e:
         if in_sweep:
-            output_dir = record_failure(cfg, str(e))
+            output_dir = Path(cfg.paths.output_dir) if isinstance(e, FolderInUse) else record_failure(cfg, str(e))
             print(f"error: job {HydraConfig.get().job.num} ({output_dir}): {e}", file=sys.stderr, flush=True)
             return math.inf
-        if not cfg.ckpt_path:
-            log_error_to_files(f"error: {e}")
         raise SystemExit(f"error: {e}") from None
     except Exception as e:
         if in_sweep:  # the job's folder says that it failed; Hydra's report of the exception says where
             record_failure(cfg, f"{type(e).__name__}: {' '.join(str(e).split())}")
         raise
-    if metrics.get("interrupted") and in_sweep:  # the sweep stops once every running job has saved
-        mark_stopped(Path(HydraConfig.get().sweep.dir))
-    elif metrics.get("interrupted"):
-        raise SystemExit(130)  # like any program stopped by Ctrl-C; last.ckpt is saved
+    if metrics.get("interrupted_by"):  # last.ckpt is saved
+        stopped_by_signal(signal.Signals[metrics["interrupted_by"]], in_sweep)
     best = metrics.get("best_val_loss", metrics.get("val_loss"))  # the run may predate best_val_loss
     return math.inf if best is None else best
+
+
+def stopped_by_signal(signum: signal.Signals, in_sweep: bool) -> None:
+    """After Ctrl-C or SIGTERM a run exits 130 or 143, as any program stopped by that signal; a sweep
+    job returns, and the sweep stops (``tinylm.sweep_resume.job_stopped_by``)."""
+    if not in_sweep:
+        raise SystemExit(exit_code(signum))
+    job_stopped_by(signum)
 
 
 def record_failure(cfg: DictConfig, message: str) -> Path:
