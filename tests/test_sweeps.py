@@ -316,14 +316,15 @@ def test_sweep_report_while_the_sweep_runs_and_after_it_was_killed(tmp_path, tin
 
 @pytest.mark.slow
 def test_a_sweep_job_that_crashes_is_recorded_as_failed(tmp_path, tiny_text_file):
-    """Not bad input but a crash (here a callback that does not exist; on a GPU, say, out of memory):
+    """Not bad input but a crash (here a callback whose constructor raises; on a GPU, say, out of memory):
     Hydra's report of the exception stops the sweep as before, and the job's folder says that it failed."""
     sweep = tmp_path / "sweep"
     proc = run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY, f"data.path={tiny_text_file}",
-                     "trainer.max_steps=2", "+callbacks.broken._target_=no.such.Callback", "seed=1,2", check=False)
+                     "trainer.max_steps=2", "+callbacks.broken._target_=json.loads", "+callbacks.broken.s=nope",
+                     "seed=1,2", check=False)
     assert proc.returncode != 0 and "Error executing job with overrides" in proc.stderr
-    assert (sweep / "0" / "error.txt").read_text().startswith("InstantiationException: Error locating target "
-                                                               "'no.such.Callback'")
+    assert (sweep / "0" / "error.txt").read_text().startswith("InstantiationException: Error in call to target "
+                                                               "'json.loads'")
     assert not (sweep / "0" / "running.json").exists()
     assert job_status(sweep / "0") == "failed" and expected_jobs(sweep).keys() == {"0", "1"}
 

@@ -32,7 +32,8 @@ from tinylm.run_lock import FolderInUse, holding
 from tinylm.run_logs import expected_checkpoints, held_file_logs, log_error_to_files, quiet_lightning
 from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt, exit_code, remove_partial_checkpoints
 from tinylm.sweep_jobs import ERROR, METRICS, read_metrics, write_json
-from tinylm.sweep_resume import continue_requeued, job_stopped_by, sweep_stopped, thread_share
+from tinylm.sweep_resume import continue_requeued, thread_share
+from tinylm.sweep_stop import job_stopped_by, sweep_stopped
 
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
@@ -276,7 +277,7 @@ def main(cfg: DictConfig) -> float:
     A job refused because another process trains in its folder writes nothing there.
 
     Ctrl-C or SIGTERM: the run saves its last.ckpt and exits 130 or 143; in a sweep the job returns
-    and the sweep stops (``tinylm.sweep_resume.job_stopped_by``).
+    and the sweep stops (``tinylm.sweep_stop.job_stopped_by``).
     """
     in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     if in_sweep and sweep_stopped():  # Ctrl-C or SIGTERM stopped the sweep before this job started
@@ -306,7 +307,7 @@ def main(cfg: DictConfig) -> float:
 
 def stopped_by_signal(signum: signal.Signals, in_sweep: bool) -> None:
     """After Ctrl-C or SIGTERM a run exits 130 or 143, as any program stopped by that signal; a sweep
-    job returns, and the sweep stops (``tinylm.sweep_resume.job_stopped_by``)."""
+    job returns, and the sweep stops (``tinylm.sweep_stop.job_stopped_by``)."""
     if not in_sweep:
         raise SystemExit(exit_code(signum))
     job_stopped_by(signum)

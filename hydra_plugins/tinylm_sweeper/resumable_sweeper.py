@@ -39,7 +39,7 @@ class ResumableSweeper(BasicSweeper):
     def sweep(self, arguments: Sequence[str]) -> Any:
         """Every job of the sweep (expanded as BasicSweeper expands them) is planned and claimed before
         BasicSweeper writes multirun.yaml: a refused re-run writes nothing."""
-        from tinylm.sweep_resume import start_sweep, stop_after_interrupt
+        from tinylm.sweep_stop import start_sweep, stop_after_interrupt
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         (jobs,) = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]), None)
