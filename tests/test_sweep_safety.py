@@ -310,6 +310,16 @@ def test_sweep_report_lists_a_job_with_a_damaged_record_as_unreadable(killed_swe
     assert "Jobs: 1 unreadable .hydra/overrides.yaml, 1 interrupted" in out
 
 
+def test_sweep_report_shows_a_damaged_error_txt_as_far_as_it_reads(killed_sweep, capsys):
+    (killed_sweep / "2").mkdir()
+    (killed_sweep / "2" / "error.txt").write_bytes(b"invalid config: \xff\xfe broken\nsecond line\n")
+    assert report_main([str(killed_sweep)]) == 0
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("|")]
+    (row,) = [row for row in rows if row[1] == "2"]
+    assert row[-2:] == ["failed", "invalid config: \ufffd\ufffd broken second line"]
+
+
 # --------------------------------------------------------------------------------------------
 # 12: sweep_report where it cannot write
 

@@ -89,10 +89,14 @@ def note(folder: Path, status: str, metrics: dict | None) -> str:
     marker = read_marker(folder)
     if status == "running" and marker is not None:
         return describe(marker)
-    if status == "queued":
-        return f"not started yet by the sweep of {describe(read_marker(folder, CLAIM))}"
+    claim = read_marker(folder, CLAIM) if status == "queued" else None
+    if claim is not None:
+        return f"not started yet by the sweep of {describe(claim)}"
     if (folder / ERROR).is_file():
-        return (folder / ERROR).read_text(encoding="utf-8").strip()
+        try:  # the job's one error line; a damaged file is shown as far as it reads
+            return " ".join((folder / ERROR).read_text(encoding="utf-8", errors="replace").split())[:300]
+        except OSError as e:
+            return f"{ERROR} cannot be read ({e.strerror or e})"
     if marker is not None:  # left behind by a job that was killed
         return f"killed; resumable from {LAST_CHECKPOINT}" if status == "interrupted" else "killed before a checkpoint"
     if metrics is not None and metrics.get("stopped_early"):
