@@ -8,6 +8,8 @@ import builtins
 import errno
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +115,20 @@ def test_a_failed_export_keeps_the_previous_file(exported, quick_trace, monkeypa
     # and with nothing failing, the new file replaces the old one
     assert export_onnx(model, tokenizer, out) == out and os.stat(out).st_mtime > 0
     assert list(tmp_path.iterdir()) == [out] and load_onnx(out).context_window == BLOCK
+
+
+def test_half_files_of_killed_exports_are_removed_by_the_next_export(exported, quick_trace, tmp_path):
+    _, _, model, tokenizer = exported
+    out = tmp_path / "model.onnx"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = tmp_path / f"model.onnx.{gone.pid}.tmp"  # an export killed mid-write: its process is gone
+    running = tmp_path / f"model.onnx.{os.getppid()}.tmp"  # an export still writing: its process runs
+    other = tmp_path / "other.onnx.1.tmp"  # another file's
+    for path in (killed, running, other):
+        path.write_bytes(b"half an export")
+    assert export_onnx(model, tokenizer, out) == out
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, running.name, other.name])
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import importlib
 import json
 import logging
@@ -175,12 +176,32 @@ def file_problem(model: LanguageModel, path: Path) -> str | None:
     return None if worst <= TOLERANCE else f"its logits are {worst:.2g} from PyTorch's (over {TOLERANCE:g})"
 
 
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Remove the ``<out>.<pid>.tmp`` files that exports killed mid-write left next to ``out`` (their
+    process is gone); a live export's file stays. Returns what was removed."""
+    removed = []
+    for tmp in out.parent.glob(f"{glob.escape(out.name)}.*.tmp"):
+        pid = tmp.name[len(out.name) + 1:-len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone: what it wrote is half a file
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(tmp)
+        except (PermissionError, OverflowError):  # another user's process, or no such pid at all
+            pass
+    return removed
+
+
 def write_checked(proto, model: LanguageModel, out: Path) -> None:
     """Write ``proto`` to a temporary file next to ``out``, fsync and check it, then rename it over ``out``.
 
     As ``tinylm.safety.AtomicCheckpointIO``: ``out`` only ever changes by that rename, so kill -9,
     a full disk or a failed check leaves the file that was there (or none) as it was.
     """
+    remove_stale_temporaries(out)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # one per process: two exports never share one
     kept = f"{out} is unchanged" if out.exists() else f"nothing was written to {out}"
     try:
