@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 
-from tinylm.config import RULES, SET_BY_TRAIN, config_problems, validate
+from tinylm.config import RULES, config_problems, validate
+from tinylm.config_keys import SET_BY_TRAIN
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.pairs import PairDataModule
@@ -49,6 +50,11 @@ UNKNOWN = {
     "model=seq2seq data=pairs +data.repeat=0": f"data.repeat is unknown: remove it ({PAIRS})",  # not also its value
     "data=pairs data.decoder_only=true +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
     "+data.seed=3": "data.seed is not a setting: train.py sets it from seed; remove it",
+    # the top level: what conf/train.yaml has (a key there is read by nothing: a typo, or a group's key)
+    "+sed=3": "sed is unknown: did you mean seed? (the training config (conf/train.yaml) has seed, ckpt_path, "
+              "threads, compile, data, model, optim, trainer, callbacks, logger, paths)",
+    "+max_steps=3": "max_steps is unknown: remove it (the training config (conf/train.yaml) has seed, ckpt_path, "
+                    "threads, compile, data, model, optim, trainer, callbacks, logger, paths)",
 }
 
 

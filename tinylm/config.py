@@ -3,7 +3,7 @@
 Hydra already rejects unknown keys (the config is in struct mode) but accepts any value: whatever
 it parses from the command line (a string, int, float, bool, list or null). This module checks
 every value of the top level, of the ``data``, ``optim`` and ``trainer`` groups and of early stopping
-against a small typed rule (``RULES``), every key added with ``+`` against what takes it (``unknown_keys``:
+against a small typed rule (``RULES``), every key added with ``+`` against what takes it (``tinylm.config_keys``:
 a ``_target_`` entry's constructor, the model's config fields), and the model with
 ``tinylm.models.model_config_problems``, so a bad value is one line, not a traceback from deep inside
 Lightning, numpy or torch.
@@ -11,22 +11,17 @@ Lightning, numpy or torch.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import importlib.util
-import inspect
 import math
 import typing
 from collections.abc import Callable
 
-import lightning as L
 import torch
-from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 from lightning.fabric.connector import _PRECISION_INPUT
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from tinylm.config_keys import unknown_keys
 from tinylm.errors import TinyLMError
 from tinylm.models import ARCHITECTURES, model_config_problems
 from tinylm.pairs import DEMOS, PairDataModule
@@ -176,8 +171,6 @@ RULES: dict[str, Rule] = {
     "callbacks.early_stopping.min_delta": number(0),
     "callbacks.early_stopping.check_on_train_epoch_end": at_validation,
 }
-# Trainer arguments passed through untouched (Lightning checks them); train.py sets these three itself.
-TRAINER_ARGS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
 
 
 def devices_problem(trainer: DictConfig) -> str | None:
@@ -195,113 +188,11 @@ def devices_problem(trainer: DictConfig) -> str | None:
     return f"trainer.devices={devices!r} must be a positive integer or auto (GPUs: also -1 for all, or [0, 1, ...])"
 
 
-# Keys train.py gives a constructor itself, from elsewhere: a value in the group would be ignored.
-SET_BY_TRAIN = {"data": {"block_size": "model.block_size", "seed": "seed"},
-                "model": {"vocab_size": "the data's vocabulary"}}
-# Where the **kwargs of a class that train.py builds go; a class not listed that takes **kwargs is not checked.
-# Each: (the callable that receives them, the keys the class passes to it itself).
-SUMMARY_WRITER = ("torch.utils.tensorboard.SummaryWriter" if importlib.util.find_spec("tensorboard")
-                  else "tensorboardX.SummaryWriter")  # as Lightning picks it
-KWARGS_GO_TO = {
-    "tinylm.tensorboard_logger.RunTensorBoardLogger": ("lightning.pytorch.loggers.tensorboard.TensorBoardLogger", ()),
-    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger": (
-        "lightning.fabric.loggers.tensorboard.TensorBoardLogger", ()),
-    "lightning.fabric.loggers.tensorboard.TensorBoardLogger": (SUMMARY_WRITER, ("log_dir",)),
-}
-# Groups whose keys are exactly those with a rule: what train.py reads of them.
-RULED = {"optim": "optim", "callbacks.early_stopping": "early stopping"}
-
-
-def arguments(target: Callable) -> list[str] | None:
-    """The keyword arguments a class or function takes, in order; None when it takes any (``**kwargs``)."""
-    try:
-        parameters = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):  # no signature Python can read
-        return None
-    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return names
-    onward = KWARGS_GO_TO.get(f"{target.__module__}.{target.__qualname__}")
-    if onward is None:
-        return None
-    more = arguments(_locate(onward[0]))
-    return None if more is None else names + [n for n in more if n not in names and n not in onward[1]]
-
-
-def _unknown(where: str, keys, known: list[str], owner: str, verb: str = "takes") -> dict[str, str]:
-    """``where.key`` -> its one line, for each of ``keys`` that is not ``known`` (nor a Hydra ``_key_``)."""
-    problems = {}
-    for key in keys:
-        full = f"{where}.{key}"
-        if str(key).startswith("_") or key in known:
-            continue
-        if key in SET_BY_TRAIN.get(where, {}):
-            problems[full] = f"{full} is not a setting: train.py sets it from {SET_BY_TRAIN[where][key]}; remove it"
-            continue
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8)
-        fix = f"did you mean {where}.{close[0]}?" if close else "remove it"
-        problems[full] = f"{full} is unknown: {fix} ({owner} {verb} {', '.join(known)})"
-    return problems
-
-
-def _built(node, where: str):
-    """(dotted path, entry) of every entry under ``node`` (plain data) that Hydra builds from a ``_target_``."""
-    if isinstance(node, dict):
-        if "_target_" in node:
-            yield where, node
-        for key, value in node.items():
-            yield from _built(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _built(value, f"{where}[{i}]")
-
-
-def unknown_keys(cfg: DictConfig) -> dict[str, str]:
-    """Each key (added with ``+``) that nothing takes -> its one line naming the keys that are taken.
-
-    A ``_target_`` entry (the data module, callbacks, loggers, ...) takes its constructor's arguments,
-    the model the fields of its architecture's config, the Trainer the arguments train.py passes on,
-    optim and early stopping the keys with a rule. Checked before anything is built or read.
-    """
-    plain = OmegaConf.to_container(cfg, resolve=False)
-    problems = {}
-    for where, group in RULED.items():
-        node = OmegaConf.select(cfg, where, default=None)
-        if isinstance(node, DictConfig):
-            known = [key[len(where) + 1:] for key in RULES if key.startswith(where + ".")]
-            problems |= _unknown(where, node, known, group)
-    for where, node in _built(plain, ""):
-        if where in RULED or where == "trainer":
-            continue
-        try:
-            target = _locate(node["_target_"])
-        except Exception:  # Hydra's _locate raises whatever the import raised
-            problems[f"{where}._target_"] = (f"{where}._target_={node['_target_']!r} is not a class or function "
-                                             "Python can import: check its spelling")
-            continue
-        known = arguments(target)
-        if known is not None:
-            known = [k for k in known if k not in SET_BY_TRAIN.get(where, {})]
-            problems |= _unknown(where, node, known, node["_target_"])
-    for group in ("callbacks", "logger"):  # an entry without a _target_ is skipped by train.py: a typo
-        entries = plain.get(group) or {}
-        built = [name for name, entry in entries.items() if isinstance(entry, dict) and "_target_" in entry]
-        problems |= _unknown(group, [n for n, e in entries.items() if e is not None and n not in built],
-                             built, f"{group} (conf/{group}/)", "has")
-    arch = cfg.model.get("arch", "gpt")
-    if arch in ARCHITECTURES:  # else said by model_config_problems
-        fields = [f.name for f in dataclasses.fields(ARCHITECTURES[arch][0]) if f.name != "vocab_size"]
-        problems |= _unknown("model", cfg.model, fields, f"model.arch={arch}")
-    problems |= {f"trainer.{key}": f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
-                 for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS}
-    return problems
-
-
 def config_problems(cfg: DictConfig) -> list[str]:
     """Every problem with a training config, each one line naming the key and the fix."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
     problems = model_config_problems({**model, "vocab_size": 1})
-    unknown = unknown_keys(cfg)
+    unknown = unknown_keys(cfg, RULES)
     missing = object()
     for key, rule in RULES.items():
         value = OmegaConf.select(cfg, key, default=missing)

@@ -1,0 +1,130 @@
+"""Keys that nothing takes: a key added with ``+`` is checked against what will receive it.
+
+A ``_target_`` entry's keys are its constructor's arguments (followed through ``**kwargs`` where
+that is known, ``KWARGS_GO_TO``), the model's are the fields of its architecture's config, the
+Trainer's the arguments train.py passes on, and the top level's those of conf/train.yaml. Each
+unknown key is one line naming the keys that are taken, with a close match suggested, so that
+Hydra's own advice for a typo (``+model.n_emb=32``) is not a TypeError from a constructor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import inspect
+from collections.abc import Callable, Collection
+
+import lightning as L
+from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
+from omegaconf import DictConfig, OmegaConf
+
+from tinylm.models import ARCHITECTURES
+
+# The top level of conf/train.yaml: its settings, then its groups (hydra is Hydra's own).
+TOP_LEVEL = ["seed", "ckpt_path", "threads", "compile", "data", "model", "optim", "trainer", "callbacks", "logger",
+             "paths"]
+# Trainer arguments passed through untouched (Lightning checks them); train.py sets these three itself.
+TRAINER_ARGS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
+# Keys train.py gives a constructor itself, from elsewhere: a value in the group would be ignored.
+SET_BY_TRAIN = {"data": {"block_size": "model.block_size", "seed": "seed"},
+                "model": {"vocab_size": "the data's vocabulary"}}
+# Where the **kwargs of a class that train.py builds go; a class not listed that takes **kwargs is not checked.
+# Each: (the callable that receives them, the keys the class passes to it itself).
+SUMMARY_WRITER = ("torch.utils.tensorboard.SummaryWriter" if importlib.util.find_spec("tensorboard")
+                  else "tensorboardX.SummaryWriter")  # as Lightning picks it
+KWARGS_GO_TO = {
+    "tinylm.tensorboard_logger.RunTensorBoardLogger": ("lightning.pytorch.loggers.tensorboard.TensorBoardLogger", ()),
+    "lightning.pytorch.loggers.tensorboard.TensorBoardLogger": (
+        "lightning.fabric.loggers.tensorboard.TensorBoardLogger", ()),
+    "lightning.fabric.loggers.tensorboard.TensorBoardLogger": (SUMMARY_WRITER, ("log_dir",)),
+}
+# Groups whose keys are exactly those with a rule: what train.py reads of them.
+RULED = {"optim": "optim", "callbacks.early_stopping": "early stopping"}
+
+
+def arguments(target: Callable) -> list[str] | None:
+    """The keyword arguments a class or function takes, in order; None when it takes any (``**kwargs``)."""
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # no signature Python can read
+        return None
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return names
+    onward = KWARGS_GO_TO.get(f"{target.__module__}.{target.__qualname__}")
+    if onward is None:
+        return None
+    more = arguments(_locate(onward[0]))
+    return None if more is None else names + [n for n in more if n not in names and n not in onward[1]]
+
+
+def _unknown(where: str, keys, known: list[str], owner: str, verb: str = "takes") -> dict[str, str]:
+    """``where.key`` -> its one line, for each of ``keys`` that is not ``known`` (nor a Hydra ``_key_``)."""
+    problems = {}
+    for key in keys:
+        full = f"{where}.{key}" if where else str(key)
+        if str(key).startswith("_") or key in known:
+            continue
+        if key in SET_BY_TRAIN.get(where, {}):
+            problems[full] = f"{full} is not a setting: train.py sets it from {SET_BY_TRAIN[where][key]}; remove it"
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8)
+        fix = f"did you mean {where + '.' if where else ''}{close[0]}?" if close else "remove it"
+        problems[full] = f"{full} is unknown: {fix} ({owner} {verb} {', '.join(known)})"
+    return problems
+
+
+def _built(node, where: str):
+    """(dotted path, entry) of every entry under ``node`` (plain data) that Hydra builds from a ``_target_``."""
+    if isinstance(node, dict):
+        if "_target_" in node:
+            yield where, node
+        for key, value in node.items():
+            yield from _built(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _built(value, f"{where}[{i}]")
+
+
+def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
+    """Each key (added with ``+``) that nothing takes -> its one line naming the keys that are taken.
+
+    A ``_target_`` entry (the data module, callbacks, loggers, ...) takes its constructor's arguments,
+    the model the fields of its architecture's config, the Trainer the arguments train.py passes on,
+    optim and early stopping the keys with a rule (``rules``: tinylm.config.RULES), the top level
+    the keys of conf/train.yaml. Checked before anything is built or read.
+    """
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    problems = _unknown("", [key for key in cfg if key != "hydra"], TOP_LEVEL, "the training config (conf/train.yaml)",
+                        "has")
+    for where, group in RULED.items():
+        node = OmegaConf.select(cfg, where, default=None)
+        if isinstance(node, DictConfig):
+            known = [key[len(where) + 1:] for key in rules if key.startswith(where + ".")]
+            problems |= _unknown(where, node, known, group)
+    for where, node in _built(plain, ""):
+        if where in RULED or where == "trainer":
+            continue
+        try:
+            target = _locate(node["_target_"])
+        except Exception:  # Hydra's _locate raises whatever the import raised
+            problems[f"{where}._target_"] = (f"{where}._target_={node['_target_']!r} is not a class or function "
+                                             "Python can import: check its spelling")
+            continue
+        known = arguments(target)
+        if known is not None:
+            known = [k for k in known if k not in SET_BY_TRAIN.get(where, {})]
+            problems |= _unknown(where, node, known, node["_target_"])
+    for group in ("callbacks", "logger"):  # an entry without a _target_ is skipped by train.py: a typo
+        entries = plain.get(group) or {}
+        built = [name for name, entry in entries.items() if isinstance(entry, dict) and "_target_" in entry]
+        problems |= _unknown(group, [n for n, e in entries.items() if e is not None and n not in built],
+                             built, f"{group} (conf/{group}/)", "has")
+    arch = cfg.model.get("arch", "gpt")
+    if arch in ARCHITECTURES:  # else said by model_config_problems
+        fields = [f.name for f in dataclasses.fields(ARCHITECTURES[arch][0]) if f.name != "vocab_size"]
+        problems |= _unknown("model", cfg.model, fields, f"model.arch={arch}")
+    problems |= {f"trainer.{key}": f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
+                 for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS}
+    return problems
