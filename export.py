@@ -48,6 +48,9 @@ def run(cfg: DictConfig) -> Path:
     require_export_packages()
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)
+    if loaded.translation_pairs:  # the ONNX file would continue text: it carries no record of translating
+        raise TinyLMError(f"{path} was trained on translation pairs (data=pairs), and an ONNX export only "
+                          "continues text: translate with `python generate.py ckpt_path=<that checkpoint>`")
     out = export_onnx(loaded.model, loaded.tokenizer, out or path.with_suffix(".onnx"), loaded.global_step)
     print(f"exported {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) to {out} "
           f"({out.stat().st_size / 2**20:.1f} MiB): checked with onnx.checker and ONNX Runtime")
