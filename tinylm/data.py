@@ -216,10 +216,9 @@ class TextDataModule(L.LightningDataModule):
         self.max_mib = max_mib
         self.tokenizer: Tokenizer | None = None
 
-    def prepare(self) -> None:
-        """Read, tokenize and split the text (idempotent). Raises TinyLMError on bad input."""
-        if self.tokenizer is not None:
-            return
+    def read_split(self) -> tuple[str, str]:
+        """The training and the validation text, as training splits them (``evaluate.py`` too).
+        Raises TinyLMError on bad input."""
         if not self.path.exists() and self.url:
             download(self.url, self.path, self.sha256)
         raw = read_data_bytes(self.path, self.max_mib)
@@ -230,10 +229,17 @@ class TextDataModule(L.LightningDataModule):
                 f"or less, or raise data.max_mib"
             )
         text = decode_text(raw, self.path, self.encoding, self.errors) * self.repeat
-        self.num_chars = len(text)
         # Split the text (not the ids) so the validation text's exact character count is known.
         n_val_chars = int(len(text) * self.val_fraction)
-        train_text, val_text = text[: len(text) - n_val_chars], text[len(text) - n_val_chars :]
+        return text[: len(text) - n_val_chars], text[len(text) - n_val_chars :]
+
+    def prepare(self) -> None:
+        """Read, tokenize and split the text (idempotent). Raises TinyLMError on bad input."""
+        if self.tokenizer is not None:
+            return
+        train_text, val_text = self.read_split()
+        text = train_text + val_text
+        self.num_chars = len(text)
         # BPE merges are learned like weights, from the training text only; the character
         # vocabulary must also cover the validation text, so it is read from the whole text.
         source = train_text if self.tokenizer_kind == "bpe" else text

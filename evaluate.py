@@ -1,0 +1,167 @@
+"""Score a checkpoint on every position of a text's validation split (or of a whole text):
+
+    python evaluate.py                                          # newest run's best checkpoint, its own data
+    python evaluate.py run_dir=outputs/runs/<time> stride=64
+    python evaluate.py ckpt_path=path/to/last.ckpt data.path=input.txt split=all
+
+Which text: ``data.path``, else the one the checkpoint's run trained on (its run folder's
+``.hydra/config.yaml``), else the shipped corpus. The other data keys (val_fraction, repeat,
+encoding, ...) come from that run config unless given, so ``split=val`` is exactly training's
+validation text, encoded with the checkpoint's tokenizer. How windows cover it: tinylm/evaluation.py.
+A checkpoint trained on translation pairs is scored on every validation pair: loss, exact match and
+character error rate of greedy translations.
+
+stdout: one line naming the checkpoint and what was scored, then one JSON line with loss (nats per
+token), bpc (bits per character, as training's loss/val_bpc) and tokens (positions scored).
+See conf/evaluate.yaml.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from tinylm.cli import checkpoint_from_config, launch, run_command
+from tinylm.errors import TinyLMError
+
+# Run folders live under the project folder, wherever the command is launched from.
+os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
+
+PATH_KEYS = ("ckpt_path", "run_dir", "data.path", "paths.log_dir")
+SPLITS = ("val", "all")
+DATA_KEYS = ("path", "val_fraction", "repeat", "encoding", "errors", "max_mib")  # conf/evaluate.yaml's data keys
+DEFAULT_SEED = 1337  # conf/train.yaml's seed: what a checkpoint without a run config was most likely drawn with
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Reject bad values before the checkpoint is even looked for."""
+    if cfg.split not in SPLITS:
+        raise TinyLMError(f"split={cfg.split!r}: choose val (training's validation split) or all (the whole text)")
+    if cfg.stride is not None and (type(cfg.stride) is not int or cfg.stride < 1):
+        raise TinyLMError(f"stride={cfg.stride!r} must be an integer from 1 to the model's block_size, "
+                          "or null for block_size // 2")
+    if type(cfg.batch_size) is not int or cfg.batch_size < 1:
+        raise TinyLMError(f"batch_size={cfg.batch_size!r} must be an integer >= 1 (windows per forward pass)")
+
+
+def run_config(checkpoint: Path) -> DictConfig | None:
+    """The training config of a checkpoint's run (``<run>/.hydra/config.yaml`` for ``<run>/checkpoints/*.ckpt``), with
+    ``data.path`` absolute as training resolved it; None if there is none."""
+    hydra_dir = checkpoint.resolve().parent.parent / ".hydra"
+    if checkpoint.resolve().parent.name != "checkpoints" or not (hydra_dir / "config.yaml").is_file():
+        return None
+    try:
+        cfg = OmegaConf.load(hydra_dir / "config.yaml")
+        data = OmegaConf.to_container(cfg.data, resolve=True)
+        seed = OmegaConf.select(cfg, "seed", default=DEFAULT_SEED)
+        launched = OmegaConf.select(OmegaConf.load(hydra_dir / "hydra.yaml"), "hydra.runtime.cwd", default=None) \
+            if (hydra_dir / "hydra.yaml").is_file() else None
+    except Exception as e:  # yaml, interpolation and key errors of a damaged or hand-edited file
+        raise TinyLMError(f"{hydra_dir / 'config.yaml'} could not be read ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:150]}): pass data.path=... and the data keys, "
+                          "or fix that file") from None
+    if data.get("path") and launched:  # relative paths were relative to where training was launched
+        data["path"] = str(Path(launched) / data["path"])
+    return OmegaConf.create({"data": data, "seed": seed})
+
+
+def build_data(cfg: DictConfig, loaded, checkpoint: Path):
+    """The data module training used (its run config), with this command's data keys on top; not prepared."""
+    saved = run_config(checkpoint)
+    if saved is not None:
+        data, seed = OmegaConf.to_container(saved.data), saved.seed
+    elif loaded.translation_pairs:
+        data = {"_target_": "tinylm.pairs.PairDataModule", "decoder_only": not loaded.model.translates}
+        seed = DEFAULT_SEED
+    else:
+        data, seed = {"_target_": "tinylm.data.TextDataModule"}, DEFAULT_SEED
+    for key in DATA_KEYS:
+        if cfg.data[key] is not None:
+            data[key] = hydra.utils.to_absolute_path(str(cfg.data[key])) if key == "path" else cfg.data[key]
+    try:
+        return hydra.utils.instantiate(data, block_size=loaded.model.config.block_size, seed=seed)
+    except Exception as e:  # a key the data module does not take, a _target_ that does not import
+        raise TinyLMError(f"the data config {data} cannot build a data module "
+                          f"({' '.join(str(e).split())[:150]})") from None
+
+
+def text_ids(loaded, text: str, source: str):
+    """``text`` encoded with the checkpoint's tokenizer, or one line naming the characters it lacks."""
+    from tinylm.data import encode_array
+
+    try:
+        return encode_array(loaded.tokenizer, text)
+    except ValueError:
+        missing = loaded.tokenizer.unknown(text)
+        raise TinyLMError(f"{source} has {len(missing)} character(s) outside the checkpoint's vocabulary "
+                          f"({' '.join(repr(c) for c in missing[:10])}{' ...' if len(missing) > 10 else ''}): "
+                          "score a text in the language it was trained on, or remove them") from None
+
+
+def score_text(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
+    from tinylm.evaluation import score_text
+    from tinylm.module import LN2
+
+    block_size = loaded.model.config.block_size
+    stride = max(block_size // 2, 1) if cfg.stride is None else cfg.stride
+    if stride > block_size:
+        raise TinyLMError(f"stride={stride} is larger than the model's block_size={block_size}: positions "
+                          f"between windows would be skipped; pass stride=1 .. {block_size}")
+    train_text, val_text = datamodule.read_split()
+    text = val_text if cfg.split == "val" else train_text + val_text
+    what = (f"the validation split (the last data.val_fraction={datamodule.val_fraction:g}) of {datamodule.path}"
+            if cfg.split == "val" else f"all of {datamodule.path}")
+    if not text:
+        raise TinyLMError(f"{what} is empty (of {len(train_text):,} characters): pass split=all, "
+                          "a larger data.val_fraction or a longer text")
+    ids = text_ids(loaded, text, what)
+    if len(ids) <= block_size:
+        raise TinyLMError(f"{what} has {len(ids)} tokens, fewer than one window of block_size+1={block_size + 1}: "
+                          "score a longer text (split=all, a larger data.val_fraction or another data.path)")
+    loss, tokens = score_text(loaded.model, ids, stride, cfg.batch_size)
+    chars_per_token = len(text) / len(ids)  # as training's val_chars_per_token
+    line = f"{what}: {tokens:,} positions in windows of {block_size} tokens, stride {stride}"
+    return line, {"loss": loss, "bpc": loss / LN2 / chars_per_token, "tokens": tokens, "stride": stride,
+                  "block_size": block_size, "chars_per_token": chars_per_token}
+
+
+def score_pairs(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
+    from tinylm.evaluation import score_pairs
+    from tinylm.module import LN2
+
+    datamodule.prepare()
+    if datamodule.tokenizer.state() != loaded.tokenizer.state():
+        raise TinyLMError(f"the pairs of {datamodule.source_name} have other characters than the checkpoint's "
+                          "vocabulary: score it on the pairs it was trained on (data.path=...)")
+    examples = datamodule.val_examples if cfg.split == "val" else datamodule.train_examples + datamodule.val_examples
+    scores = score_pairs(loaded.model, examples, datamodule.collate, cfg.batch_size)
+    scores["bpc"] = scores["loss"] / LN2 / datamodule.val_chars_per_token
+    what = "the validation pairs" if cfg.split == "val" else "all pairs"
+    return f"{what} of {datamodule.source_name}: {scores['pairs']:,} pairs, greedy translations", scores
+
+
+def run(cfg: DictConfig) -> dict:
+    check_options(cfg)
+    from tinylm.checkpoint import load_model
+
+    path = checkpoint_from_config(cfg)
+    loaded = load_model(path)
+    datamodule = build_data(cfg, loaded, path)
+    translating = loaded.model.translates or loaded.translation_pairs
+    line, scores = (score_pairs if translating else score_text)(cfg, loaded, datamodule)
+    result = {"loss": scores.pop("loss"), "bpc": scores.pop("bpc"), "tokens": scores.pop("tokens"), **scores,
+              "split": cfg.split, "checkpoint": str(path), "step": loaded.global_step}
+    print(f"evaluated {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) on {line}")
+    print(json.dumps(result, ensure_ascii=False))
+    return result
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    run_command(run, cfg)
+
+
+if __name__ == "__main__":
+    launch(main, (), PATH_KEYS)
