@@ -21,7 +21,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
 
     from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, quote_values
     from tinylm.errors import TinyLMError
-    from tinylm.run_folder import register_resolvers
+    from tinylm.runs.folder import register_resolvers
 except KeyboardInterrupt:
     sys.exit(130)
 
@@ -32,7 +32,7 @@ os.environ.setdefault("TINYLM_ROOT", str(ROOT))
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from tinylm.training import main as train_main
+    from tinylm.runs.job import main as train_main
 
     return train_main(cfg)
 
@@ -42,11 +42,11 @@ if __name__ == "__main__":
         in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
         sys.argv = quote_values(sys.argv, TRAIN_FOLDER_KEYS if in_sweep else TRAIN_PATH_KEYS)
         if any(arg.lstrip("+").startswith("ckpt_path=") for arg in sys.argv[1:]):
-            from tinylm.resume import plan_resume  # torch and the checkpoint reader: only for a resume
+            from tinylm.runs.resume import plan_resume  # torch and the checkpoint reader: only for a resume
 
             sys.argv = plan_resume(sys.argv, ROOT / "conf")  # a resume continues the run as it was configured
         if in_sweep and any(arg.startswith("hydra.sweep.dir=") for arg in sys.argv):
-            from tinylm.sweep_resume import newest_sweep
+            from tinylm.runs.sweep_resume import newest_sweep
 
             sys.argv = newest_sweep(sys.argv, ROOT / "conf")  # hydra.sweep.dir=last: the newest sweep folder
         register_resolvers()

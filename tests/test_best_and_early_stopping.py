@@ -18,7 +18,7 @@ from conftest import TINY_MODEL, TINY_TEXT, compose
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tinylm.module import LitLanguageModel
-from tinylm.training import main as train_main
+from tinylm.runs.job import main as train_main
 
 COMMON = [*TINY_MODEL, "data.repeat=30", "threads=1", "callbacks=minimal", "trainer.val_check_interval=3"]
 UNLOGGED = [*COMMON, "logger=none"]

@@ -8,7 +8,7 @@ from hydra.errors import ConfigCompositionException
 
 from tinylm.config import config_problems, validate
 from tinylm.errors import TinyLMError
-from tinylm.training import main as train_main
+from tinylm.runs.job import main as train_main
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 DEBUGS = sorted(p.stem for p in (ROOT / "conf" / "debug").glob("*.yaml"))

@@ -15,8 +15,8 @@ from tinylm.config_keys import SET_BY_TRAIN
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.pairs import PairDataModule
-from tinylm.resume import check_resume
-from tinylm.training import main as train_main
+from tinylm.runs.job import main as train_main
+from tinylm.runs.resume import check_resume
 
 GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
 PAIRS = ("tinylm.pairs.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, val_fraction, val_batches, "
@@ -141,10 +141,10 @@ def tiny_run(tmp_path):
 def resume_warnings(text, ckpt, caplog) -> list[str]:
     """Resume the run in-process for 2 more steps, as train.py ckpt_path=... does; its warnings about the data."""
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
+    with caplog.at_level(logging.WARNING, logger="tinylm.runs.resume"):
         train_main(compose(*RUN, f"data.path={text}", "trainer.max_steps=4", f"ckpt_path={ckpt}",
                            output_dir=ckpt.parent.parent))
-    return [r.getMessage() for r in caplog.records if r.name == "tinylm.resume"]
+    return [r.getMessage() for r in caplog.records if r.name == "tinylm.runs.resume"]
 
 
 def test_a_checkpoint_records_its_data_as_plain_data(tiny_run):
@@ -182,7 +182,7 @@ def test_a_checkpoint_without_a_data_record_loads_without_a_warning(caplog, name
     ckpt = ROOT / "tests" / "fixtures" / name
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)
     identity = {"tokens": 1, "sha256": "0" * 64}
-    with caplog.at_level(logging.WARNING, logger="tinylm.resume"):
+    with caplog.at_level(logging.WARNING, logger="tinylm.runs.resume"):
         assert check_resume(ckpt, {"arch": "gpt", **saved["model_config"]}, saved["tokenizer"], identity) == \
             saved["global_step"]
-    assert [r for r in caplog.records if r.name == "tinylm.resume"] == []
+    assert [r for r in caplog.records if r.name == "tinylm.runs.resume"] == []

@@ -14,8 +14,8 @@ from tinylm.data import (
     read_text,
 )
 from tinylm.errors import TinyLMError
+from tinylm.runs.job import main as train_main
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
-from tinylm.training import main as train_main
 
 
 def make_dm(path, **kw):

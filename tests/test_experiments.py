@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tinylm.module import warmup_cosine
-from tinylm.training import main as train_main
+from tinylm.runs.job import main as train_main
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 

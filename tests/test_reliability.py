@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose, run_train
 
-from tinylm.training import main as train_main
+from tinylm.runs.job import main as train_main
 
 FAST = [*TINY_MODEL, "trainer.max_steps=4", "trainer.val_check_interval=2", "logger=none"]
 

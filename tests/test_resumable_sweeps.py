@@ -15,9 +15,8 @@ import torch
 from conftest import ROOT, TINY_MODEL
 from omegaconf import OmegaConf
 
-from tinylm import sweep_resume
-from tinylm.sweep_jobs import job_status
-from tinylm.sweep_resume import thread_share
+from tinylm.runs.job import continue_requeued, thread_share
+from tinylm.runs.job_files import job_status
 
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
@@ -102,17 +101,17 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
 def test_a_requeued_slurm_job_continues_from_its_own_last_checkpoint(tmp_path, monkeypatch):
     last = tmp_path / "checkpoints" / "last.ckpt"
     cfg = OmegaConf.create({"ckpt_path": None, "paths": {"output_dir": str(tmp_path)}})
-    monkeypatch.setattr(sweep_resume, "sweep_dir_of_job", lambda: tmp_path.parent)  # a sweep job
+    monkeypatch.setattr("tinylm.runs.job.sweep_dir_of_job", lambda: tmp_path.parent)  # a sweep job
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert sweep_resume.continue_requeued(cfg) is None  # requeued before its first checkpoint: a new start
+    assert continue_requeued(cfg) is None  # requeued before its first checkpoint: a new start
     last.parent.mkdir()
     last.write_bytes(b"")
-    assert sweep_resume.continue_requeued(cfg) == str(last)
+    assert continue_requeued(cfg) == str(last)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # its first run
-    assert sweep_resume.continue_requeued(cfg) is None
-    monkeypatch.setattr(sweep_resume, "sweep_dir_of_job", lambda: None)  # a single run is resumed with ckpt_path
+    assert continue_requeued(cfg) is None
+    monkeypatch.setattr("tinylm.runs.job.sweep_dir_of_job", lambda: None)  # a single run is resumed with ckpt_path
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert sweep_resume.continue_requeued(cfg) is None
+    assert continue_requeued(cfg) is None
 
 
 def test_thread_share_is_none_outside_a_joblib_sweep():

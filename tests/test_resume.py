@@ -11,8 +11,8 @@ import yaml
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
 
 from tinylm.errors import TinyLMError
-from tinylm.resume import check_resume, merge_overrides, plan_resume
-from tinylm.run_folder import claim_unique_dir
+from tinylm.runs.folder import claim_unique_dir
+from tinylm.runs.resume import check_resume, merge_overrides, plan_resume
 
 CONF = ROOT / "conf"
 FAST = [*TINY_MODEL, "data.repeat=30", "trainer.max_steps=4", "trainer.val_check_interval=2", "logger=none"]

@@ -19,7 +19,7 @@ from tinylm.generation import generate
 from tinylm.models import build_model, model_config_problems
 from tinylm.models.gpt import GPT
 from tinylm.models.rnn import RNNConfig, RNNLanguageModel, RNNState
-from tinylm.resume import check_resume
+from tinylm.runs.resume import check_resume
 
 
 def lstm_config(tmp_path, *overrides):

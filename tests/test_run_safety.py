@@ -16,9 +16,10 @@ import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from tinylm import run_lock, safety, training
-from tinylm.sweep_jobs import MARKER
-from tinylm.training import main as train_main
+from tinylm import safety
+from tinylm.runs import job, lock
+from tinylm.runs.job import main as train_main
+from tinylm.runs.job_files import MARKER
 
 FAST = [*TINY_MODEL, "trainer.max_steps=4", "trainer.val_check_interval=2", "logger=none", "callbacks=minimal"]
 # trains until stopped; a validation (and last.ckpt) every 5 steps shows that training is under way
@@ -93,7 +94,7 @@ def test_sigterm_while_the_trainer_starts_exits_143(tmp_path, monkeypatch, capsy
     def terminated(cfg):
         raise SIGTERMException
 
-    monkeypatch.setattr(training, "train", terminated)
+    monkeypatch.setattr(job, "run", terminated)
     with pytest.raises(SystemExit) as info:
         train_main(compose(*FAST, output_dir=tmp_path / "run"))
     assert info.value.code == 143
@@ -147,13 +148,13 @@ def test_a_stale_claim_is_taken_over_and_half_written_checkpoints_removed(finish
 
 def test_a_claim_holds_until_released(tmp_path):
     folder = tmp_path / "run"
-    with run_lock.holding(folder):
+    with lock.holding(folder):
         held = json.loads((folder / MARKER).read_text())
         assert (held["pid"], held["host"]) == (os.getpid(), socket.gethostname())
-        with pytest.raises(run_lock.FolderInUse, match=f"in use by process {os.getpid()} on host"):
-            run_lock.claim(folder)
+        with pytest.raises(lock.FolderInUse, match=f"in use by process {os.getpid()} on host"):
+            lock.claim(folder)
     assert sorted(p.name for p in folder.iterdir()) == []  # no marker, no private files left
-    with run_lock.holding(folder):  # free again
+    with lock.holding(folder):  # free again
         pass
 
 
@@ -230,18 +231,18 @@ def test_a_claim_of_an_earlier_attempt_of_a_requeued_slurm_job_is_taken_over(tmp
     (folder / MARKER).write_text(json.dumps(elsewhere))  # left by the attempt SLURM ended
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # another task of the same attempt: it holds the run
-    with pytest.raises(run_lock.FolderInUse, match="in use by process 1 on host node-a .* if that process is gone, "
+    with pytest.raises(lock.FolderInUse, match="in use by process 1 on host node-a .* if that process is gone, "
                                                    "delete"):
-        run_lock.claim(folder)
+        lock.claim(folder)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the requeued job
-    with run_lock.holding(folder):
+    with lock.holding(folder):
         assert json.loads((folder / MARKER).read_text())["slurm_restart"] == 1
 
 
 def test_taking_over_gives_back_a_claim_made_since_it_was_judged_stale(tmp_path):
     marker = tmp_path / MARKER
     marker.write_bytes(b'{"fresh": "claim"}')
-    run_lock._take_over(tmp_path, seen=b'{"the": "stale one"}')  # another process claimed in between
+    lock._take_over(tmp_path, seen=b'{"the": "stale one"}')  # another process claimed in between
     assert marker.read_bytes() == b'{"fresh": "claim"}'
-    run_lock._take_over(tmp_path, seen=b'{"fresh": "claim"}')
+    lock._take_over(tmp_path, seen=b'{"fresh": "claim"}')
     assert not marker.exists() and not list(tmp_path.iterdir())

@@ -25,13 +25,13 @@ from omegaconf import OmegaConf
 
 import hydra_plugins.tinylm_sweeper.resumable_sweeper  # noqa: F401 - registers hydra/sweeper=tinylm
 from tinylm.errors import TinyLMError
-from tinylm.resume import plan_resume, record_resume, saved_overrides
-from tinylm.run_folder import original_overrides
-from tinylm.run_lock import holding
-from tinylm.sweep_jobs import job_status
-from tinylm.sweep_report import main as report_main
-from tinylm.sweep_resume import ResumingLauncher
-from tinylm.training import already_finished
+from tinylm.runs.folder import original_overrides
+from tinylm.runs.job import already_finished
+from tinylm.runs.job_files import job_status
+from tinylm.runs.lock import holding
+from tinylm.runs.resume import plan_resume, record_resume, saved_overrides
+from tinylm.runs.sweep_report import main as report_main
+from tinylm.runs.sweep_resume import ResumingLauncher
 
 FINISHED = {"val_loss": 2.0, "best_val_loss": 1.9, "num_params": 1000, "steps": 10, "interrupted": False}
 JOBS = [["seed=1"], ["seed=2"], ["seed=3"]]

@@ -25,9 +25,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.run_folder import original_overrides
-from tinylm.sweep_jobs import expected_jobs, job_status
-from tinylm.sweep_report import main as report_main
+from tinylm.runs.folder import original_overrides
+from tinylm.runs.job_files import expected_jobs, job_status
+from tinylm.runs.sweep_report import main as report_main
 from tinylm.training import build_datamodule
 
 # tiny jobs: one torch thread each (a tiny model gains nothing from more, and extra threads spin

@@ -2,12 +2,14 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import TINY_MODEL, TINY_TEXT, compose, run_train
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose, run_train
 
-from tinylm.training import main as train_main
+from tinylm.runs.job import main as train_main
 
 
 def load(path):
@@ -99,3 +101,10 @@ def test_last_checkpoint_is_the_final_state_even_when_the_best_is_older(tmp_path
               "trainer.max_steps=20", "trainer.val_check_interval=5", "optim.lr=1e-12")
     assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == ["best-step000005.ckpt"]
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 20
+
+
+def test_the_training_job_imports_nothing_of_the_run_manager():
+    """A fresh process: the run manager (tinylm.runs) calls the training job, never the other way round."""
+    code = "import sys, tinylm.training; print(sorted(m for m in sys.modules if m.startswith('tinylm.runs')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "[]"), proc.stderr

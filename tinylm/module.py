@@ -143,7 +143,7 @@ class LitLanguageModel(L.LightningModule):
         # dropout's random state, so a resumed run draws the same masks as an uninterrupted one
         checkpoint["torch_rng_state"] = torch.get_rng_state()
         checkpoint["best_val"] = {"loss": self.best_val_loss, "step": self.best_step}
-        if self.data_identity is not None:  # for tinylm.resume.check_resume; checkpoints before it have none
+        if self.data_identity is not None:  # for tinylm.runs.resume.check_resume; checkpoints before it have none
             checkpoint["data"] = dict(self.data_identity)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

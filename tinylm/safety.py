@@ -87,7 +87,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 def remove_partial_checkpoints(checkpoint_dir: Path) -> list[Path]:
     """Remove the ``*.ckpt.tmp`` that a killed run left in ``checkpoint_dir`` (call it while holding
-    the run folder, ``tinylm.run_lock``); return what was removed."""
+    the run folder, ``tinylm.runs.lock``); return what was removed."""
     removed = sorted(Path(checkpoint_dir).glob(f"*.ckpt{TMP_SUFFIX}"))
     for tmp in removed:
         tmp.unlink(missing_ok=True)

@@ -1,11 +1,16 @@
-"""The training job behind ``train.py``: config -> data -> model -> Trainer.fit -> metrics."""
+"""The training job: config -> data -> model -> Trainer.fit -> metrics.
+
+Its steps are ``prepare`` (check the config, set the threads, seed), ``build`` (the data and the
+LightningModule) and ``fit`` (train, measure, return the metrics). The run manager's job wrapper
+(``tinylm.runs.job``, behind ``train.py``) calls them: it claims the run folder, checks a resume
+between ``build`` and ``fit``, and writes the job's files. Nothing here imports the run manager.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
 import signal
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -19,21 +24,14 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.config import validate
 from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.module import LitLanguageModel
-from tinylm.resume import check_resume, record_resume
-from tinylm.run_lock import FolderInUse, holding
-from tinylm.run_logs import expected_checkpoints, held_file_logs, log_error_to_files, quiet_lightning
-from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt, exit_code, remove_partial_checkpoints
-from tinylm.sweep_jobs import ERROR, METRICS, read_metrics, write_json
-from tinylm.sweep_resume import continue_requeued, thread_share
-from tinylm.sweep_stop import job_stopped_by, sweep_stopped
+from tinylm.run_logs import expected_checkpoints, quiet_lightning
+from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
 
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
@@ -70,6 +68,26 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
             log.warning("compile=true on a CPU: the first steps compile for up to a minute, and "
                         "small models train slower than without it (see README, Performance)")
     return module
+
+
+def prepare(cfg: DictConfig, threads: int | None = None) -> None:
+    """Before anything is built: check the config, quiet Lightning's log, set PyTorch's threads and seed.
+
+    The threads are the config's ``threads=``, else ``threads`` (a parallel sweep job's share of the
+    cores), else PyTorch's default; they are set before the first torch op starts its thread pool.
+    """
+    validate(cfg)
+    quiet_lightning()
+    if cfg.threads or threads:
+        torch.set_num_threads(cfg.threads or threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+
+def build(cfg: DictConfig) -> tuple[TextDataModule, LitLanguageModel]:
+    """The data module, its text read and tokenized, and the LightningModule that trains on it."""
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare()
+    return datamodule, build_module(cfg, datamodule)
 
 
 def instantiate_all(group: DictConfig | None) -> list:
@@ -113,74 +131,15 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:
-    """Say that the run is done and how to train it further; return its saved metrics untouched (none,
-    and one line saying so, when its metrics.json cannot be read: nothing is written either way)."""
-    print(f"run {output_dir} is already finished: {ckpt_path} is at step {step} and trainer.max_steps={max_steps}, "
-          f"so nothing was trained or written. To train it further, resume with more steps, e.g. "
-          f"`python train.py ckpt_path={ckpt_path} trainer.max_steps={max(step, max_steps) * 2}`", flush=True)
-    try:
-        return read_metrics(output_dir) or {}
-    except ValueError as e:
-        print(f"its {output_dir / METRICS} cannot be read ({e}), so its results are not reported: restore that "
-              "file (its checkpoints and train.log are untouched)", flush=True)
-        return {}
-
-
-def train(cfg: DictConfig) -> dict:
-    """Train as the config says; return the final metrics (also written to metrics.json).
-
-    The run folder is claimed first (rank 0, ``tinylm.run_lock``): while one process trains a run,
-    ``running.json`` in its folder says so (``tinylm.sweep_jobs``) and a second one is refused.
-    A resume writes nothing else, not even a log line to the run's ``train.log``, until the
-    checkpoint is known to fit the config and to have steps left to train. From then on an error
-    is written into ``train.log`` too (in a new run: from the start).
-    """
-    in_the_run = not cfg.ckpt_path  # whether an error belongs in the run's train.log
-    try:
-        validate(cfg)
-        quiet_lightning()
-        threads = cfg.threads or thread_share()
-        if threads:  # before the first torch op starts PyTorch's thread pool
-            torch.set_num_threads(threads)
-            if not cfg.threads:
-                log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
-                         "parallel jobs (set threads= to choose)", threads, HydraConfig.get().launcher.n_jobs)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        output_dir = Path(cfg.paths.output_dir)
-        ckpt_path = resolve_path(continue_requeued(cfg))
-        in_the_run = not ckpt_path
-        with holding(output_dir) if rank_zero_only.rank == 0 else nullcontext():
-            with held_file_logs(hold=bool(ckpt_path)):
-                datamodule = build_datamodule(cfg)
-                datamodule.prepare()
-                module = build_module(cfg, datamodule)
-                if ckpt_path:
-                    step = check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state,
-                                        datamodule.identity)
-                    if step >= cfg.trainer.max_steps:
-                        return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)
-                    if HydraConfig.initialized():
-                        record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
-                    log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
-                             step, ckpt_path, cfg.trainer.max_steps)
-            in_the_run = True
-            if rank_zero_only.rank == 0:  # what an earlier attempt left: its error, half-written checkpoints
-                (output_dir / ERROR).unlink(missing_ok=True)
-                for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):
-                    log.info("removed %s, a checkpoint half written when the run was killed", tmp)
-            log.info("data: %s", datamodule.summary())
-            print(module.model.format_parameter_table())
-            return fit(cfg, datamodule, module, output_dir, ckpt_path)
-    except TinyLMError as e:
-        if in_the_run:
-            log_error_to_files(f"error: {e}")
-        raise
-
-
 def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
         ckpt_path: str | None) -> dict:
-    """Trainer.fit, then metrics.json, the HParams summary and the final log line (rank 0)."""
+    """Trainer.fit for the run in ``output_dir``, from ``ckpt_path`` if given; return its metrics.
+
+    The data and the model's parameter table are shown first; the HParams summary and the final log
+    line follow the fit (rank 0).
+    """
+    log.info("data: %s", datamodule.summary())
+    print(module.model.format_parameter_table())
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
     callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
@@ -225,8 +184,6 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     metrics["stopped_early"] = bool(stopping and stopping.stopping_reason_message and not metrics["interrupted"]
                                     and trainer.global_step < cfg.trainer.max_steps)
     if trainer.is_global_zero:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / METRICS, metrics)
         log_hparams(trainer, cfg, metrics)
         if metrics["stopped_early"]:
             log.info("stopped early at step %d of trainer.max_steps=%d: %s did not improve in %d validations",
@@ -263,59 +220,3 @@ def log_hparams(trainer: L.Trainer, cfg: DictConfig, metrics: dict) -> None:
             logger.log_hyperparams(chosen_settings(cfg), {k: v for k, v in scores.items() if v is not None})
             # written after fit has closed the logger: flush now, or a run's last events are lost at exit
             logger.finalize("success")
-
-
-def main(cfg: DictConfig) -> float:
-    """Hydra task: train, turning bad input into one ``error:`` line and a non-zero exit. Returns the
-    run's best val loss: what an Optuna search minimises.
-
-    In a sweep (``-m``), a job with bad input (a config refused, a loss that diverged) reports its
-    error line, writes it to ``error.txt`` in its folder and returns +inf, so the other jobs of the
-    sweep still run and Optuna records the trial as the worst one (a NaN would stop its search). A job
-    that crashes (a bug, out of memory) writes error.txt too, then stops the sweep as before.
-    A run writes the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
-    A job refused because another process trains in its folder writes nothing there.
-
-    Ctrl-C or SIGTERM: the run saves its last.ckpt and exits 130 or 143; in a sweep the job returns
-    and the sweep stops (``tinylm.sweep_stop.job_stopped_by``).
-    """
-    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if in_sweep and sweep_stopped():  # Ctrl-C or SIGTERM stopped the sweep before this job started
-        print(f"job {HydraConfig.get().job.num}: not started, the sweep was stopped", file=sys.stderr, flush=True)
-        return math.nan
-    try:
-        metrics = train(cfg)
-    except SIGTERMException:  # Lightning's own handler: SIGTERM while the Trainer set up, before training
-        print("SIGTERM before training started: nothing was trained or saved", file=sys.stderr, flush=True)
-        stopped_by_signal(signal.SIGTERM, in_sweep)
-        return math.nan
-    except TinyLMError as e:
-        if in_sweep:
-            output_dir = Path(cfg.paths.output_dir) if isinstance(e, FolderInUse) else record_failure(cfg, str(e))
-            print(f"error: job {HydraConfig.get().job.num} ({output_dir}): {e}", file=sys.stderr, flush=True)
-            return math.inf
-        raise SystemExit(f"error: {e}") from None
-    except Exception as e:
-        if in_sweep:  # the job's folder says that it failed; Hydra's report of the exception says where
-            record_failure(cfg, f"{type(e).__name__}: {' '.join(str(e).split())}")
-        raise
-    if metrics.get("interrupted_by"):  # last.ckpt is saved
-        stopped_by_signal(signal.Signals[metrics["interrupted_by"]], in_sweep)
-    best = metrics.get("best_val_loss", metrics.get("val_loss"))  # the run may predate best_val_loss
-    return math.inf if best is None else best
-
-
-def stopped_by_signal(signum: signal.Signals, in_sweep: bool) -> None:
-    """After Ctrl-C or SIGTERM a run exits 130 or 143, as any program stopped by that signal; a sweep
-    job returns, and the sweep stops (``tinylm.sweep_stop.job_stopped_by``)."""
-    if not in_sweep:
-        raise SystemExit(exit_code(signum))
-    job_stopped_by(signum)
-
-
-def record_failure(cfg: DictConfig, message: str) -> Path:
-    """Write a failed sweep job's line into ``error.txt`` in its folder; return the folder."""
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / ERROR).write_text(f"{message}\n")
-    return output_dir

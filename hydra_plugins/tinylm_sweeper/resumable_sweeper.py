@@ -1,9 +1,9 @@
 """Hydra's basic sweeper (every combination of the swept values), made resumable for tinylm.
 
 Hydra only loads sweepers from the ``hydra_plugins`` package, so this thin class lives here and
-the logic in ``tinylm.sweep_resume``. conf/hydra/default.yaml makes it the training sweeper:
+the logic in ``tinylm.runs.sweep_resume``. conf/hydra/default.yaml makes it the training sweeper:
 ``python train.py -m ...`` runs a sweep as Hydra's basic sweeper would, and running the same
-command again with ``hydra.sweep.dir=<that sweep>`` finishes it (see ``tinylm.sweep_resume``).
+command again with ``hydra.sweep.dir=<that sweep>`` finishes it (see ``tinylm.runs.sweep_resume``).
 """
 
 from collections.abc import Sequence
@@ -31,7 +31,7 @@ class ResumableSweeper(BasicSweeper):
         super().__init__(max_batch_size=max_batch_size, params=params)
 
     def setup(self, *, hydra_context, task_function, config) -> None:
-        from tinylm.sweep_resume import ResumingLauncher
+        from tinylm.runs.sweep_resume import ResumingLauncher
 
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.launcher = ResumingLauncher(self.launcher, hydra_context, config)
@@ -39,7 +39,7 @@ class ResumableSweeper(BasicSweeper):
     def sweep(self, arguments: Sequence[str]) -> Any:
         """Every job of the sweep (expanded as BasicSweeper expands them) is planned and claimed before
         BasicSweeper writes multirun.yaml: a refused re-run writes nothing."""
-        from tinylm.sweep_stop import start_sweep, stop_after_interrupt
+        from tinylm.runs.sweep_stop import start_sweep, stop_after_interrupt
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         (jobs,) = self.split_arguments(parser.parse_overrides([*self._parse_config(), *arguments]), None)

@@ -20,7 +20,7 @@ the report. Every comparison includes the reference run (learned, char, gpt, con
 and the same training config): once trained, it is copied into the other comparisons' folders.
 
 Then ``<out>/REPORT.md`` gets one table per comparison (a row per variant, built by
-``tinylm.sweep_report`` from each run's metrics.json) and ``<out>/<comparison>/curves.png`` the
+``tinylm.runs.sweep_report`` from each run's metrics.json) and ``<out>/<comparison>/curves.png`` the
 validation curves of its variants on one chart, read from the TensorBoard event files.
 
 The package reads in the order of the work: ``spec`` (what each comparison trains), ``runner``

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.plotting import save_png
-from tinylm.sweep_report import Job, markdown, read_job, split_overrides, table_rows
+from tinylm.runs.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"
 VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc", "exact_match": "val/exact_match"}  # metric -> its tag

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from tinylm.cli import TRAIN_PATH_KEYS, quote_values
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import original_overrides
+from tinylm.runs.folder import original_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = ROOT / "train.py"

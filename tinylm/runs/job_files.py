@@ -1,6 +1,6 @@
 """What a job folder says about its job: finished, running, interrupted, failed or not started.
 
-A training job leaves these files in its folder (``tinylm.training`` writes them):
+A training job leaves these files in its folder (``tinylm.runs.job`` writes them, the Trainer its checkpoints):
 
 - ``running.json`` while it trains: its process id, host and start time. It is removed when the
   job ends in any way Python sees (done, an error, Ctrl-C); ``kill -9`` or a power cut leave it, and
@@ -11,7 +11,7 @@ A training job leaves these files in its folder (``tinylm.training`` writes them
 
 A sweep claims each job it is about to launch (``claim_job``): ``claim.json``, created exclusively,
 names the sweep's process. A second run of the same sweep sees the job as queued and leaves it
-alone. The job takes the claim over when it starts (``tinylm.run_lock.claim`` makes ``running.json``,
+alone. The job takes the claim over when it starts (``tinylm.runs.lock.claim`` makes ``running.json``,
 then removes ``claim.json``); the sweep removes the claims still left when it ends
 (``release_claim``). A training run never reads ``claim.json``; a claim whose process is gone
 (``kill -9``) counts for nothing and is replaced by the next run of the sweep.

@@ -28,7 +28,7 @@ from hydra.errors import HydraException
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
+from tinylm.runs.folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")

@@ -19,7 +19,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.sweep_jobs import JSON_TYPES
+from tinylm.runs.job_files import JSON_TYPES
 
 HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 _claimed: dict[str, str] = {}

@@ -2,35 +2,33 @@
 
 Re-running a sweep's command with ``hydra.sweep.dir=<that sweep>`` (or ``hydra.sweep.dir=last``,
 the newest sweep) finishes it. Before each batch of jobs is launched, ``ResumingLauncher`` looks
-at every job's folder (``tinylm.sweep_jobs.job_status``):
+at every job's folder (``tinylm.runs.job_files.job_status``):
 
 - finished: not launched at all; its folder stays untouched and its result is reported;
 - interrupted (Ctrl-C, or killed: it left ``checkpoints/last.ckpt``): launched with
   ``ckpt_path=<its last.ckpt>``, continuing exactly as a resumed run does, its ``.hydra`` record kept;
 - failed, not started, or no folder yet: launched as in a new sweep.
 
-Every job is planned, and each one to launch is claimed (``claim.json``, see ``tinylm.sweep_jobs``),
+Every job is planned, and each one to launch is claimed (``claim.json``, see ``tinylm.runs.job_files``),
 before Hydra writes the sweep's ``multirun.yaml``. A folder that holds a run of other settings than
 the job's (another command was run into this sweep folder; overrides that compose the same config
 are the same settings), a job that is still running or claimed by another run of the sweep, or a
 job record that cannot be read stops the re-run with one line, and nothing is written.
 
-Ctrl-C or SIGTERM stops a sweep cleanly (``tinylm.sweep_stop``); re-running it finishes it.
+Ctrl-C or SIGTERM stops a sweep cleanly (``tinylm.runs.sweep_stop``); re-running it finishes it.
 
-On SLURM a pre-empted job that submitit requeues runs the same job again; ``continue_requeued``
-makes it continue from its own ``last.ckpt`` too.
+On SLURM a pre-empted job that submitit requeues runs the same job again; it continues from its
+own ``last.ckpt`` too (``tinylm.runs.job.continue_requeued``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -38,8 +36,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import composed_log_dir, original_overrides
-from tinylm.sweep_jobs import (
+from tinylm.runs.folder import composed_log_dir, original_overrides
+from tinylm.runs.job_files import (
     CLAIM,
     MARKER,
     METRICS,
@@ -52,7 +50,7 @@ from tinylm.sweep_jobs import (
     read_metrics,
     release_claim,
 )
-from tinylm.sweep_stop import STOP_FILE, interrupt_stops_the_sweep, sweep_dir_of_job
+from tinylm.runs.sweep_stop import STOP_FILE, interrupt_stops_the_sweep
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +98,7 @@ class ResumingLauncher:
 
     @contextmanager
     def claimed(self, job_overrides: Sequence[Sequence[str]]) -> Iterator[None]:
-        """Plan every job of the sweep and claim each one to launch (``sweep_jobs.claim_job``), before
+        """Plan every job of the sweep and claim each one to launch (``job_files.claim_job``), before
         anything else is written: a re-run that is refused leaves the sweep folder as it was. The
         claims still held when the block ends are removed."""
         jobs = [self.job_config(overrides, num) for num, overrides in enumerate(job_overrides)]
@@ -138,7 +136,7 @@ class ResumingLauncher:
             try:
                 saved = original_overrides(folder)
                 if status == "interrupted":  # the continued job reads its resumes.yaml too: refused here if damaged
-                    from tinylm.resume import saved_overrides  # with the checkpoint reader (torch): only here
+                    from tinylm.runs.resume import saved_overrides  # with the checkpoint reader (torch): only here
 
                     saved_overrides(folder)
             except TinyLMError as e:
@@ -233,7 +231,7 @@ def launch_overrides(overrides: Sequence[str], action: str, folder: Path) -> lis
 
 def kept_job(overrides: Sequence[str], folder: Path) -> JobReturn:
     """A finished job's result, read from its metrics.json and nothing else: what the job returned
-    when it ran (its best val loss, as ``tinylm.training.main`` returns)."""
+    when it ran (its best val loss, as ``tinylm.runs.job.main`` returns)."""
     metrics = read_metrics(folder) or {}
     best = metrics.get("best_val_loss", metrics.get("val_loss"))
     print(f"job {folder.name} finished before, kept as it is: best val loss "
@@ -244,25 +242,3 @@ def kept_job(overrides: Sequence[str], folder: Path) -> JobReturn:
 
 def skipped_job(overrides: Sequence[str]) -> JobReturn:
     return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=math.nan)
-
-
-# --------------------------------------------------------------------------------------------
-# Inside a job
-
-
-def continue_requeued(cfg: DictConfig) -> str | None:
-    """A SLURM job requeued after pre-emption (SLURM_RESTART_COUNT > 0) continues from its own last.ckpt."""
-    if cfg.ckpt_path or int(os.environ.get("SLURM_RESTART_COUNT") or 0) < 1 or sweep_dir_of_job() is None:
-        return cfg.ckpt_path
-    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-    return str(last) if last.is_file() else None
-
-
-def thread_share() -> int | None:
-    """In a sweep under the joblib launcher, an even share of the cores for each job (at least 1)."""
-    if sweep_dir_of_job() is None or "Joblib" not in str(HydraConfig.get().launcher.get("_target_", "")):
-        return None
-    from joblib import effective_n_jobs
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // effective_n_jobs(HydraConfig.get().launcher.n_jobs))

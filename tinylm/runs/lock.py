@@ -1,12 +1,12 @@
 """One process trains a run folder: a second one (two resumes of one run at once) is refused.
 
-The claim is the run's ``running.json`` (its pid, host and start time, as ``tinylm.sweep_jobs``
+The claim is the run's ``running.json`` (its pid, host and start time, as ``tinylm.runs.job_files``
 reads it), made atomically: the marker is written whole into a file of this process's own, then
 hard-linked to ``running.json``, which fails when that name exists. Once made, it replaces the
-claim a sweep put on this job before launching it (``claim.json``, ``tinylm.sweep_jobs.claim_job``).
+claim a sweep put on this job before launching it (``claim.json``, ``tinylm.runs.job_files.claim_job``).
 When ``running.json`` exists already:
 
-- its process still runs (``sweep_jobs.alive``; one on another host counts as running): refused,
+- its process still runs (``job_files.alive``; one on another host counts as running): refused,
   in one line naming that process and host;
 - its process is gone (``kill -9``, a power cut) or the marker is damaged: stale, taken over. The
   stale file is first renamed to a name of this process's own, so of two processes taking it over
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.sweep_jobs import CLAIM, MARKER, alive, read_marker
+from tinylm.runs.job_files import CLAIM, MARKER, alive, read_marker
 
 ATTEMPTS = 3  # claims lost to another process taking over the same stale marker at the same moment
 

@@ -1,11 +1,11 @@
 """Summarise a sweep, finished or still running: one row per job, best val loss first.
 
-    python -m tinylm.sweep_report outputs/multirun/2026-11-29_08-00-00
+    python -m tinylm.runs.sweep_report outputs/multirun/2026-11-29_08-00-00
 
 A sweep folder holds one folder per job, and each job leaves behind what this report reads:
-``metrics.json`` (written by ``tinylm.training``), ``error.txt`` (a job that failed),
+``metrics.json`` (written by ``tinylm.runs.job``), ``error.txt`` (a job that failed),
 ``running.json`` (a job that is training), ``claim.json`` (a job a running sweep will start) and
-``.hydra/overrides.yaml`` (that job's command-line settings); ``tinylm.sweep_jobs`` tells from them
+``.hydra/overrides.yaml`` (that job's command-line settings); ``tinylm.runs.job_files`` tells from them
 whether a job is finished, running, queued, interrupted, failed or not started. Jobs a grid sweep
 defines (its ``multirun.yaml``) that have no folder yet are listed as missing. Only the settings
 that differ between jobs become columns; the ones every job shares are listed once above the table.
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import original_overrides
-from tinylm.sweep_jobs import (
+from tinylm.runs.folder import original_overrides
+from tinylm.runs.job_files import (
     CLAIM,
     ERROR,
     LAST_CHECKPOINT,
@@ -67,7 +67,7 @@ class Job:
     name: str  # the folder name: Hydra's job number
     overrides: dict[str, str]  # key -> value, as given on the command line
     metrics: dict | None  # metrics.json, None when missing or unreadable
-    status: str  # a sweep_jobs.job_status, "missing" (no folder yet) or "unreadable .hydra/overrides.yaml"
+    status: str  # a job_files.job_status, "missing" (no folder yet) or "unreadable .hydra/overrides.yaml"
     note: str = ""  # error.txt's line, why metrics.json is unreadable, where a running job runs, ...
 
     @property
@@ -312,7 +312,7 @@ def report(sweep_dir: str | Path) -> tuple[str, list[Path], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tinylm.sweep_report",
+        prog="python -m tinylm.runs.sweep_report",
         description="Tabulate a sweep's jobs, finished or still running, by best val loss (printed; summary.csv, "
                     "summary.md and val_loss_vs_params.png in the sweep folder).",
     )

@@ -4,7 +4,7 @@ With any launcher, the first Ctrl-C (SIGINT) or SIGTERM (``kill``, ``docker stop
 cleanly: each running job saves its ``last.ckpt`` (``tinylm.safety.GracefulInterrupt``), the sweep
 records the stop and its signal in ``interrupted.txt``, jobs not started yet are skipped, and the
 command exits 130 (Ctrl-C) or 143 (SIGTERM) naming the command that finishes the sweep
-(``tinylm.sweep_resume``). A second signal aborts at once.
+(``tinylm.runs.sweep_resume``). A second signal aborts at once.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def job_stopped_by(signum: int) -> None:
 
     Not for SIGTERM to a job that SLURM runs on its own (``hydra/launcher=slurm``): SLURM sends it to
     a job it pre-empts or requeues, and the requeued job continues from its last.ckpt
-    (``continue_requeued``); the sweep goes on. Stopped for good, the job reads as interrupted, and a
+    (``tinylm.runs.job.continue_requeued``); the sweep goes on. Stopped for good, the job reads as interrupted, and a
     re-run of the sweep continues it.
     """
     on_slurm = "submitit" in str(HydraConfig.get().launcher.get("_target_", "")).lower()
