@@ -25,6 +25,7 @@ from tinylm import plotting
 from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
+from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -67,13 +68,12 @@ def write_attention_pngs(model, tokenizer: Tokenizer, ids: list[int], out_dir: P
 
 def check_out_dir(out_dir: Path) -> None:
     """One clear error, before anything is drawn, if the PNGs cannot go into ``out_dir`` (nothing is created)."""
-    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
-    if not existing.is_dir():
-        raise TinyLMError(f"cannot write the PNGs into {out_dir}: {existing} is a file, not a folder; "
-                          "pass out_dir=DIR, a folder (or a new name)")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise TinyLMError(f"cannot write the PNGs into {out_dir}: {existing} is not writable; "
-                          "pass out_dir=DIR, a folder you can write to")
+    problem = unwritable_folder(out_dir)
+    if problem is None:
+        return
+    folder, why = problem
+    fix = "a folder (or a new name)" if not folder.is_dir() else "a folder you can write to"
+    raise TinyLMError(f"cannot write the PNGs into {out_dir}: {folder} {why}; pass out_dir=DIR, {fix}")
 
 
 def run(cfg: DictConfig) -> list[Path]:

@@ -59,6 +59,7 @@ from tinylm.onnx_runtime import (
     load_onnx,
     one_line,
 )
+from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
 
 EXPORT_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # writing, tracing, checking
@@ -157,14 +158,14 @@ def compare_logits(model: LanguageModel, path: Path) -> float:
 
 def check_output(out: Path) -> None:
     """Refuse in one line, before the long trace, an ``out`` whose folder cannot be made or written."""
-    folder = out.parent
-    while not folder.exists():  # the nearest folder that is there: the rest is made at write time
-        folder = folder.parent
+    problem = unwritable_folder(out.parent)
+    if problem is None:
+        return
+    folder, why = problem
     if not folder.is_dir():
-        raise TinyLMError(f"cannot write {out}: {folder} is a file, not a folder: choose another out=FILE.onnx")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise TinyLMError(f"cannot write {out}: the folder {folder} is not writable: choose another "
-                          "out=FILE.onnx or make the folder writable")
+        raise TinyLMError(f"cannot write {out}: {folder} {why}: choose another out=FILE.onnx")
+    raise TinyLMError(f"cannot write {out}: the folder {folder} {why}: choose another out=FILE.onnx or make the "
+                      "folder writable")
 
 
 def file_problem(model: LanguageModel, path: Path) -> str | None:

@@ -1,7 +1,8 @@
 """Reading a user's file safely: only regular files, never more than a size cap, known codecs.
 
 ``/dev/zero`` would be read without end, a FIFO with no writer would block forever, and a
-directory or a socket has no text: each is refused with one line before a byte is read.
+directory or a socket has no text: each is refused with one line before a byte is read. And
+before a long job writes its output: whether the folder for it can be made and written.
 """
 
 from __future__ import annotations
@@ -89,4 +90,16 @@ def errors_problem(errors) -> str | None:
         pass
     except (LookupError, TypeError, UnicodeEncodeError):
         return f"must be a decoding error handler: {DECODE_HANDLERS}"
+    return None
+
+
+def unwritable_folder(folder: Path) -> tuple[Path, str] | None:
+    """Why files cannot be written into ``folder`` (made if missing), checked without creating anything:
+    (the nearest folder on its path that exists, "is a file, not a folder" or "is not writable"); None
+    when they can."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        return existing, "is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return existing, "is not writable"
     return None
