@@ -24,7 +24,6 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
@@ -55,7 +54,7 @@ def main(cfg: DictConfig) -> float:
     Ctrl-C or SIGTERM: the run saves its last.ckpt and exits 130 or 143; in a sweep the job returns
     and the sweep stops (``tinylm.runs.sweep_stop.job_stopped_by``).
     """
-    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    in_sweep = sweep_dir_of_job() is not None
     if in_sweep and sweep_stopped():  # Ctrl-C or SIGTERM stopped the sweep before this job started
         print(f"job {HydraConfig.get().job.num}: not started, the sweep was stopped", file=sys.stderr, flush=True)
         return math.nan

@@ -139,12 +139,16 @@ def alive(marker: dict) -> bool:
     return letter != "Z" and started <= marker["started"] + 2  # /proc's boot time is in whole seconds
 
 
+def since(marker: dict) -> str:
+    """When the process of a running.json or claim.json started, as local time: '2026-11-29 08:00:00'."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(marker["started"]))
+
+
 def describe(marker: dict | None) -> str:
     """'pid 123 on node7, since 2026-11-29 08:00:00': who wrote a running.json or claim.json."""
     if marker is None:  # removed (or damaged) since its status was read
         return "a process that has just ended"
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(marker["started"]))
-    return f"pid {marker['pid']} on {marker['host']}, since {started}"
+    return f"pid {marker['pid']} on {marker['host']}, since {since(marker)}"
 
 
 def job_status(folder: Path) -> str:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.job_files import CLAIM, MARKER, alive, read_marker
+from tinylm.runs.job_files import CLAIM, MARKER, alive, read_marker, since, this_process
 
 ATTEMPTS = 3  # claims lost to another process taking over the same stale marker at the same moment
 
@@ -37,11 +36,11 @@ class FolderInUse(TinyLMError):
 
 
 def refusal(folder: Path, holder: dict) -> FolderInUse:
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["started"]))
     gone = ("" if holder["host"] == socket.gethostname() else
             f"; if that process is gone, delete {folder / MARKER} and try again")
     return FolderInUse(f"run folder {folder} is in use by process {holder['pid']} on host {holder['host']} "
-                       f"(since {since}): two processes must not train one run; wait until it ends, or stop it{gone}")
+                       f"(since {since(holder)}): two processes must not train one run; wait until it ends, or "
+                       f"stop it{gone}")
 
 
 def slurm_attempt() -> dict:
@@ -78,8 +77,7 @@ def _take_over(folder: Path, seen: bytes) -> None:
 def claim(folder: Path) -> bytes:
     """Claim ``folder`` for this process; return the marker written. TinyLMError if another holds it."""
     folder.mkdir(parents=True, exist_ok=True)
-    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                       **slurm_attempt()}).encode()
+    mine = json.dumps({**this_process(), **slurm_attempt()}).encode()
     private = folder / f"{MARKER}.{os.getpid()}"
     private.write_bytes(mine)
     try:

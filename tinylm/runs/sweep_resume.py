@@ -23,7 +23,6 @@ own ``last.ckpt`` too (``tinylm.runs.job.continue_requeued``).
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -51,9 +50,6 @@ from tinylm.runs.job_files import (
     release_claim,
 )
 from tinylm.runs.sweep_stop import STOP_FILE, interrupt_stops_the_sweep
-
-log = logging.getLogger(__name__)
-
 
 # --------------------------------------------------------------------------------------------
 # Before Hydra starts: hydra.sweep.dir=last
