@@ -30,6 +30,23 @@ STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # what stop
 AT_ONCE = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
 
+def take_stop_signals(handler) -> dict[int, object]:
+    """``handler`` for Ctrl-C and SIGTERM; returns the handlers it replaced (for ``restore_signals``)."""
+    return {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+
+
+def stop_at_once_next() -> None:
+    """After a first stop signal: a second one stops at once (``AT_ONCE``)."""
+    for signum, handler in AT_ONCE.items():
+        signal.signal(signum, handler)
+
+
+def restore_signals(previous: dict[int, object]) -> None:
+    """Put back the handlers ``take_stop_signals`` replaced (one set outside Python: the default)."""
+    for signum, handler in previous.items():
+        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
 def exit_code(signum: int) -> int:
     """How a program stopped by this signal exits: 128 + its number (Ctrl-C 130, SIGTERM 143)."""
     return 128 + int(signum)
@@ -112,12 +129,10 @@ class GracefulInterrupt(L.Callback):
 
     def on_train_start(self, trainer, pl_module):
         if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._request_stop)
+            self._previous = take_stop_signals(self._request_stop)
 
     def _request_stop(self, signum, frame):
-        for other, handler in AT_ONCE.items():
-            signal.signal(other, handler)
+        stop_at_once_next()
         self._requested = signum
         name = STOP_SIGNALS[signal.Signals(signum)]
         print(f"\n{name}: stopping after this step and saving last.ckpt ({name} again to stop at once)", flush=True)
@@ -132,8 +147,7 @@ class GracefulInterrupt(L.Callback):
             trainer.should_stop = True
 
     def _restore(self):
-        for signum, previous in self._previous.items():
-            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        restore_signals(self._previous)
         self._previous = {}
 
     def on_exception(self, trainer, pl_module, exception):

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from tinylm.safety import AT_ONCE, STOP_SIGNALS, exit_code
+from tinylm.safety import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
 
 STOP_FILE = "interrupted.txt"  # in the sweep folder: Ctrl-C or SIGTERM stopped this sweep
 
@@ -36,15 +36,13 @@ def interrupt_stops_the_sweep(sweep_dir: Path) -> Iterator[None]:
         name = STOP_SIGNALS[signal.Signals(signum)]
         print(f"\n{name}: the running jobs save their last.ckpt and stop; no new job starts "
               f"({name} again to abort)", file=sys.stderr, flush=True)
-        for other, handler in AT_ONCE.items():
-            signal.signal(other, handler)
+        stop_at_once_next()
 
-    previous = {signum: signal.signal(signum, first) for signum in STOP_SIGNALS}
+    previous = take_stop_signals(first)
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        restore_signals(previous)
 
 
 def mark_stopped(sweep_dir: Path, signum: int) -> None:
