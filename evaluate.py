@@ -73,10 +73,10 @@ def build_data(cfg: DictConfig, loaded, checkpoint: Path):
     if saved is not None:
         data, seed = OmegaConf.to_container(saved.data), saved.seed
     elif loaded.translation_pairs:
-        data = {"_target_": "tinylm.pairs.PairDataModule", "decoder_only": not loaded.model.translates}
+        data = {"_target_": "tinylm.tasks.translation.data.PairDataModule", "decoder_only": not loaded.model.translates}
         seed = DEFAULT_SEED
     else:
-        data, seed = {"_target_": "tinylm.data.TextDataModule"}, DEFAULT_SEED
+        data, seed = {"_target_": "tinylm.tasks.text.data.TextDataModule"}, DEFAULT_SEED
     for key in DATA_KEYS:
         if cfg.data[key] is not None:
             data[key] = hydra.utils.to_absolute_path(str(cfg.data[key])) if key == "path" else cfg.data[key]
@@ -89,7 +89,7 @@ def build_data(cfg: DictConfig, loaded, checkpoint: Path):
 
 def text_ids(loaded, text: str, source: str):
     """``text`` encoded with the checkpoint's tokenizer, or one line naming the characters it lacks."""
-    from tinylm.data import encode_array
+    from tinylm.tasks.text.data import encode_array
 
     try:
         return encode_array(loaded.tokenizer, text)
@@ -102,7 +102,7 @@ def text_ids(loaded, text: str, source: str):
 
 def score_text(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
     from tinylm.evaluation import score_text
-    from tinylm.module import LN2
+    from tinylm.training.module import LN2
 
     block_size = loaded.model.config.block_size
     stride = max(block_size // 2, 1) if cfg.stride is None else cfg.stride
@@ -129,7 +129,7 @@ def score_text(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
 
 def score_pairs(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
     from tinylm.evaluation import score_pairs
-    from tinylm.module import LN2
+    from tinylm.training.module import LN2
 
     datamodule.prepare()
     if datamodule.tokenizer.state() != loaded.tokenizer.state():

@@ -7,7 +7,7 @@
 
 The file holds the weights, the model config and the tokenizer (as JSON metadata): nothing else is
 needed to sample from it. The graph is one decoding step with the keys and values of earlier
-positions in and out (tinylm/onnx_export.py). The file is checked with onnx.checker and its
+positions in and out (tinylm/onnx/export.py). The file is checked with onnx.checker and its
 logits compared with PyTorch's before the command reports success. See conf/export.yaml.
 """
 
@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
-from tinylm.onnx_export import export_onnx, require_export_packages
+from tinylm.onnx.export import export_onnx, require_export_packages
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))

@@ -33,8 +33,8 @@ from omegaconf import DictConfig
 
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
+from tinylm.tasks.text.prompting import encode_prompt, validate_sampling
 from tinylm.textfile import as_lines, read_capped_bytes
-from tinylm.textstream import encode_prompt, validate_sampling
 from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -104,7 +104,7 @@ def onnx_sampler(cfg: DictConfig, seed: int) -> Sampler:
     """An exported model on ONNX Runtime: numpy and onnxruntime, never torch."""
     import numpy as np
 
-    from tinylm.onnx_runtime import load_onnx, stream_text
+    from tinylm.onnx.runtime import load_onnx, stream_text
 
     model = load_onnx(hydra.utils.to_absolute_path(str(cfg.ckpt_path)), cfg.threads)
     stream = partial(stream_text, model, model.tokenizer, generator=np.random.default_rng(seed),
@@ -127,7 +127,7 @@ def torch_sampler(cfg: DictConfig, loaded, seed: int) -> Sampler:
     """A checkpoint on PyTorch."""
     import torch
 
-    from tinylm.generation import stream_text
+    from tinylm.tasks.text.sampling import stream_text
 
     stream = partial(stream_text, loaded.model, loaded.tokenizer, generator=torch.Generator().manual_seed(seed),
                      use_cache=cfg.use_cache)
@@ -174,7 +174,7 @@ def print_translations(cfg: DictConfig, loaded, text: str, seed: int) -> None:
     line gives an empty line."""
     import torch
 
-    from tinylm.translation import translate_lines
+    from tinylm.tasks.translation.decoding import translate_lines
 
     if cfg.num_samples != 1:
         raise TinyLMError(f"num_samples={cfg.num_samples}: a translation model prints one translation per "

@@ -21,10 +21,10 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from tinylm import plotting
 from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
+from tinylm.plots import figures as plotting
 from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
 

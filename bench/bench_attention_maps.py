@@ -25,10 +25,10 @@ from types import SimpleNamespace
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from tinylm.callbacks import AttentionMaps
-from tinylm.data import default_corpus_path
-from tinylm.module import LitLanguageModel
+from tinylm.tasks.text.attention import AttentionMaps
+from tinylm.tasks.text.data import default_corpus_path
 from tinylm.tokenizer import CharTokenizer
+from tinylm.training.module import LitLanguageModel
 
 TARGET_S = 0.25  # issue 15: at most this per call at the default configuration
 

@@ -37,8 +37,8 @@ import torch
 from bench_generate import measure as measure_generation
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from tinylm.data import TextDataModule
-from tinylm.module import LitLanguageModel
+from tinylm.tasks.text.data import TextDataModule
+from tinylm.training.module import LitLanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # nanoGPT's dataset, for --nanogpt

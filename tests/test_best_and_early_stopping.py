@@ -17,8 +17,8 @@ import torch
 from conftest import TINY_MODEL, TINY_TEXT, compose
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tinylm.module import LitLanguageModel
 from tinylm.runs.job import main as train_main
+from tinylm.training.module import LitLanguageModel
 
 COMMON = [*TINY_MODEL, "data.repeat=30", "threads=1", "callbacks=minimal", "trainer.val_check_interval=3"]
 UNLOGGED = [*COMMON, "logger=none"]
@@ -70,11 +70,11 @@ def load(path):
 
 @contextmanager
 def logged_lines():
-    """The messages tinylm.training logs inside the block."""
+    """The messages tinylm.training.fit logs inside the block."""
     lines = []
     handler = logging.Handler(logging.INFO)
     handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("tinylm.training")
+    logger = logging.getLogger("tinylm.training.fit")
     level = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)

@@ -13,11 +13,11 @@ from conftest import ROOT, TINY_MODEL, compose, run_train
 from tokenizers import pre_tokenizers
 
 from tinylm.checkpoint import load_model, read_checkpoint
-from tinylm.config import validate
-from tinylm.data import TextDataModule, encode_array
 from tinylm.errors import TinyLMError
 from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.tasks.text.data import TextDataModule, encode_array
 from tinylm.tokenizer import BPETokenizer, build_tokenizer, byte_symbols, tokenizer_from_state
+from tinylm.training.config_checks import validate
 
 ENGLISH = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
 CHINESE = "自注意力可以让序列中的每个位置看到前面的所有位置。注意力机制是 Transformer 的核心。\n"

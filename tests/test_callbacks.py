@@ -13,21 +13,17 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing import event_multiplexer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tinylm import plotting
-from tinylm.callbacks import (
-    AttentionMaps,
-    EmbeddingProjector,
-    NextTokenProbes,
-    SampleText,
-    samples_markdown,
-    training_text_opening,
-)
-from tinylm.data import TextDataModule, default_corpus_path
+from tinylm.callbacks import EmbeddingProjector, training_text_opening
 from tinylm.errors import TinyLMError
-from tinylm.generation import generate
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.module import LitLanguageModel
+from tinylm.plots import figures as plotting
+from tinylm.tasks.text.attention import AttentionMaps
+from tinylm.tasks.text.data import TextDataModule, default_corpus_path
+from tinylm.tasks.text.probes import NextTokenProbes
+from tinylm.tasks.text.samples import SampleText, samples_markdown
+from tinylm.tasks.text.sampling import generate
 from tinylm.tokenizer import CharTokenizer
+from tinylm.training.module import LitLanguageModel
 
 
 def events(log_dir: Path) -> EventAccumulator:
@@ -275,7 +271,7 @@ def test_callback_config_groups():
         minimal = compose("train", overrides=["callbacks=minimal"]).callbacks
         one_off = compose("train", overrides=["~callbacks.attention_maps"]).callbacks
     targets = {k: v["_target_"] for k, v in default.items()}
-    assert targets["attention_maps"] == "tinylm.callbacks.AttentionMaps"
+    assert targets["attention_maps"] == "tinylm.tasks.text.attention.AttentionMaps"
     assert {"sample_text", "next_token_probes", "embedding_projector"} <= set(targets)
     assert [k for k, v in minimal.items() if v] == [
         "model_checkpoint", "last_checkpoint", "early_stopping", "learning_rate_monitor", "progress_bar"

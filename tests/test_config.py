@@ -1,4 +1,4 @@
-"""Config validation (tinylm/config.py): every user-facing value of the composed config is checked
+"""Config validation (tinylm/training/config_checks.py): every user-facing value of the composed config is checked
 before any data is read, each bad value is one line naming its key and the fix, all at once."""
 
 import pytest
@@ -6,9 +6,9 @@ import torch
 from conftest import ROOT, compose
 from hydra.errors import ConfigCompositionException
 
-from tinylm.config import config_problems, validate
 from tinylm.errors import TinyLMError
 from tinylm.runs.job import main as train_main
+from tinylm.training.config_checks import config_problems, validate
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 DEBUGS = sorted(p.stem for p in (ROOT / "conf" / "debug").glob("*.yaml"))
@@ -72,8 +72,9 @@ BAD = {
     "data.path=[a,b]": "data.path=['a', 'b'] must be a file path or null",
     "data.url=[1]": "data.url=[1] must be a URL or null",
     "data.sha256=abc": "data.sha256='abc' must be the file's SHA-256 (64 hex digits) or null",
-    "+data.foo=1": "data.foo is unknown: remove it (tinylm.data.TextDataModule takes path, tokenizer, batch_size, "
-                   "val_fraction, val_batches, repeat, encoding, errors, url, sha256, bpe_vocab_size, max_mib)",
+    "+data.foo=1": "data.foo is unknown: remove it (tinylm.tasks.text.data.TextDataModule takes path, tokenizer, "
+                   "batch_size, val_fraction, val_batches, repeat, encoding, errors, url, sha256, "
+                   "bpe_vocab_size, max_mib)",
     "+optim.eps=1e-8": "optim.eps is unknown: remove it (optim takes lr, weight_decay, betas, warmup_steps, "
                        "decay_steps, min_lr_ratio)",
     # item 9: each of the two decoding keys is named by its own line

@@ -10,17 +10,17 @@ import pytest
 import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 
-from tinylm.config import RULES, config_problems, validate
-from tinylm.config_keys import SET_BY_TRAIN
-from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
-from tinylm.pairs import PairDataModule
 from tinylm.runs.job import main as train_main
 from tinylm.runs.resume import check_resume
+from tinylm.tasks.text.data import TextDataModule
+from tinylm.tasks.translation.data import PairDataModule
+from tinylm.training.config_checks import RULES, config_problems, validate
+from tinylm.training.config_keys import SET_BY_TRAIN
 
 GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
-PAIRS = ("tinylm.pairs.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, val_fraction, val_batches, "
-         "decoder_only, encoding, max_mib")
+PAIRS = ("tinylm.tasks.translation.data.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, "
+         "val_fraction, val_batches, decoder_only, encoding, max_mib")
 
 # overrides -> the one line for the key nothing takes (each was a TypeError traceback from a constructor)
 UNKNOWN = {
@@ -28,7 +28,8 @@ UNKNOWN = {
     "model=lstm +model.num_heads=2": "model.num_heads is unknown: remove it (model.arch=lstm takes arch, block_size, "
                                      "n_embd, hidden_size, num_layers, dropout)",
     "+model.vocab_size=5": "model.vocab_size is not a setting: train.py sets it from the data's vocabulary; remove it",
-    "+callbacks.sample_text.foo=1": "callbacks.sample_text.foo is unknown: remove it (tinylm.callbacks.SampleText "
+    "+callbacks.sample_text.foo=1": "callbacks.sample_text.foo is unknown: remove it ("
+                                    "tinylm.tasks.text.samples.SampleText "
                                     "takes every_n_steps, prompts, prompt_chars, max_new_tokens, temperature, top_k, "
                                     "top_p, seed)",
     "+callbacks.sampel_text.every_n_steps=5": "callbacks.sampel_text is unknown: did you mean callbacks.sample_text? "
@@ -40,8 +41,9 @@ UNKNOWN = {
                                                           "spelling",
     "debug=profile +trainer.profiler.foo=1": "trainer.profiler.foo is unknown: remove it (lightning.pytorch.profilers."
                                              "SimpleProfiler takes dirpath, filename, extended)",
-    "+data.errros=replace": "data.errros is unknown: did you mean data.errors? (tinylm.data.TextDataModule takes path, "
-                            "tokenizer, batch_size, val_fraction, val_batches, repeat, encoding, errors, url, sha256, "
+    "+data.errros=replace": "data.errros is unknown: did you mean data.errors? ("
+                            "tinylm.tasks.text.data.TextDataModule takes path, tokenizer, batch_size, val_fraction, "
+                            "val_batches, repeat, encoding, errors, url, sha256, "
                             "bpe_vocab_size, max_mib)",
     # item 10: what only text data takes, with data=pairs (checked against the data module chosen)
     "model=seq2seq data=pairs +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
@@ -66,8 +68,8 @@ def test_a_key_nothing_takes_is_one_line_naming_the_keys_taken(tmp_path, overrid
 def test_the_loggers_keys_include_those_it_passes_on_to_tensorboard(tmp_path):
     """RunTensorBoardLogger's **kwargs go through Lightning's loggers to SummaryWriter (less log_dir, set by them)."""
     (line,) = config_problems(compose("+logger.tensorboard.x=1", output_dir=tmp_path))
-    assert line.startswith("logger.tensorboard.x is unknown: remove it (tinylm.tensorboard_logger.RunTensorBoardLogger "
-                           "takes save_dir, name, version, ")
+    assert line.startswith("logger.tensorboard.x is unknown: remove it ("
+                           "tinylm.training.tensorboard_logger.RunTensorBoardLogger takes save_dir, name, version, ")
     taken = line.split(" takes ")[1].rstrip(")").split(", ")
     assert {"default_hp_metric", "flush_secs", "max_queue"} <= set(taken) and "log_dir" not in taken
 

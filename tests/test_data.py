@@ -6,15 +6,15 @@ import pytest
 import torch
 from conftest import TINY_TEXT, compose
 
-from tinylm.data import (
+from tinylm.errors import TinyLMError
+from tinylm.runs.job import main as train_main
+from tinylm.tasks.text.data import (
     RandomWindows,
     TextDataModule,
     default_corpus_path,
     encode_array,
     read_text,
 )
-from tinylm.errors import TinyLMError
-from tinylm.runs.job import main as train_main
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 
@@ -178,7 +178,7 @@ def test_crlf_is_read_as_lf_and_reported_in_one_line(tmp_path, caplog):
     lf, crlf = tmp_path / "lf.txt", tmp_path / "crlf.txt"
     lf.write_bytes(TINY_TEXT.encode() * 20)
     crlf.write_bytes(TINY_TEXT.replace("\n", "\r\n").encode() * 20)
-    with caplog.at_level(logging.WARNING, logger="tinylm.data"):
+    with caplog.at_level(logging.WARNING, logger="tinylm.tasks.text.data"):
         a, b = make_dm(lf), make_dm(crlf)
     assert torch.equal(a.train_ids, b.train_ids) and a.tokenizer.itos == b.tokenizer.itos  # no "\r" symbol
     assert [r.getMessage() for r in caplog.records] == [
@@ -188,7 +188,7 @@ def test_crlf_is_read_as_lf_and_reported_in_one_line(tmp_path, caplog):
 def test_lone_cr_and_nul_are_kept_and_reported_in_one_line(tmp_path, caplog):
     path = tmp_path / "odd.txt"
     path.write_bytes(TINY_TEXT.replace("\n", "\r\n").encode() * 20 + b"old\rmac\rline\x00end")
-    with caplog.at_level(logging.WARNING, logger="tinylm.data"):
+    with caplog.at_level(logging.WARNING, logger="tinylm.tasks.text.data"):
         dm = make_dm(path)
     assert "\r" in dm.tokenizer.itos and "\0" in dm.tokenizer.itos
     (record,) = caplog.records

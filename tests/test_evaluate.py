@@ -15,11 +15,11 @@ from hydra import compose, initialize_config_dir
 from torch.nn import functional as F
 
 from tinylm.cli import quote_values
-from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
 from tinylm.evaluation import window_plan
 from tinylm.models import build_model
-from tinylm.pairs import PairDataModule
+from tinylm.tasks.text.data import TextDataModule
+from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tokenizer import build_tokenizer
 
 spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "evaluate.py")
@@ -136,7 +136,7 @@ def test_val_split_is_trainings_from_the_run_config(text_ckpt, tmp_path, capsys,
     ckpt, model, tokenizer = text_ckpt
     hydra_dir = tmp_path / "run" / ".hydra"
     hydra_dir.mkdir()
-    (hydra_dir / "config.yaml").write_text("seed: 5\ndata:\n  _target_: tinylm.data.TextDataModule\n"
+    (hydra_dir / "config.yaml").write_text("seed: 5\ndata:\n  _target_: tinylm.tasks.text.data.TextDataModule\n"
                                            "  path: text.txt\n  val_fraction: 0.3\n  repeat: 2\n", encoding="utf-8")
     (hydra_dir / "hydra.yaml").write_text(f"hydra:\n  runtime:\n    cwd: {tmp_path}\n", encoding="utf-8")
     monkeypatch.chdir(ROOT)  # not where training was launched

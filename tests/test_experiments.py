@@ -10,8 +10,8 @@ from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tinylm.module import warmup_cosine
 from tinylm.runs.job import main as train_main
+from tinylm.training.module import warmup_cosine
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 
@@ -28,10 +28,11 @@ PROMISES = {
                          "trainer.gradient_clip_val": 1.0, "trainer.val_check_interval": 250},
     "chinese_large": {"data.path": str(ROOT / "data" / "chinese_large.txt"), "data.tokenizer": "char",
                       "model.block_size": 128, "model.n_embd": 256, "model.num_heads": 8, "model.num_layers": 6},
-    "numbers_zh": {"model.arch": "seq2seq", "data._target_": "tinylm.pairs.PairDataModule", "data.path": None,
+    "numbers_zh": {"model.arch": "seq2seq", "data._target_": "tinylm.tasks.translation.data.PairDataModule",
+                   "data.path": None,
                    "data.demo": "numbers_zh", "model.block_size": 8, "model.encoder_layers": 2,
                    "model.decoder_layers": 2, "trainer.max_steps": 1500,
-                   "callbacks.translation_maps._target_": "tinylm.callbacks.TranslationMaps"},
+                   "callbacks.translation_maps._target_": "tinylm.tasks.translation.callbacks.TranslationMaps"},
 }
 # the presets that train on a text file; numbers_zh trains on generated pairs (tests/test_seq2seq.py)
 TEXT_EXPERIMENTS = [name for name in EXPERIMENTS if name != "numbers_zh"]

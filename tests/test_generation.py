@@ -1,4 +1,4 @@
-"""The sampling API (tinylm.generation) and the generate.py command line."""
+"""The sampling API (tinylm.tasks.text.sampling) and the generate.py command line."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from hydra import compose, initialize_config_dir
 from tinylm.checkpoint import load_model
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.generation import (
+from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.models.tracing import trace_shapes
+from tinylm.tasks.text.sampling import (
     encode_prompt,
     generate,
     keep_top_k,
@@ -29,8 +31,6 @@ from tinylm.generation import (
     stream_tokens,
     validate_sampling,
 )
-from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.models.tracing import trace_shapes
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 spec = importlib.util.spec_from_file_location("generate_cli", ROOT / "generate.py")

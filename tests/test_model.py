@@ -25,7 +25,7 @@ def default_model(vocab_size: int, tmp_path, *overrides: str):
 def test_parameter_figures_of_the_default_configs_match_the_readme(tmp_path):
     from conftest import ROOT
 
-    from tinylm.data import TextDataModule
+    from tinylm.tasks.text.data import TextDataModule
 
     corpus = TextDataModule()
     corpus.prepare()
@@ -203,8 +203,8 @@ def test_compiled_model_keeps_its_parameter_names(tmp_path):
     """compile=true compiles in place: checkpoints load into a compiled model or a plain one."""
     from conftest import compose
 
-    from tinylm.data import TextDataModule
-    from tinylm.training import build_module
+    from tinylm.tasks.text.data import TextDataModule
+    from tinylm.training.fit import build_module
 
     cfg = compose("compile=true", "model.num_layers=1", output_dir=tmp_path)
     datamodule = TextDataModule(block_size=cfg.model.block_size)
@@ -221,7 +221,7 @@ def test_compiled_model_keeps_its_parameter_names(tmp_path):
 def test_model_compile_must_be_a_boolean(tmp_path):
     from conftest import compose
 
-    from tinylm.config import config_problems
+    from tinylm.training.config_checks import config_problems
 
     assert config_problems(compose("compile=maybe", output_dir=tmp_path)) == [
         "compile='maybe' must be one of true, false"

@@ -1,4 +1,4 @@
-"""Export to ONNX (export.py, tinylm.onnx_export) and sampling without PyTorch (generate.py, tinylm.onnx_runtime)."""
+"""Export to ONNX (export.py, tinylm.onnx.export) and sampling without PyTorch (generate.py, tinylm.onnx.runtime)."""
 
 from __future__ import annotations
 
@@ -18,18 +18,18 @@ import torch
 from conftest import ROOT, TINY_TEXT
 from hydra import compose, initialize_config_dir
 
-from tinylm import onnx_export
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.generation import keep_top_k, keep_top_p
-from tinylm.generation import sample_next as torch_sample_next
 from tinylm.models import build_model
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.gpt_checks import POS_ENCODINGS
-from tinylm.onnx_export import export_onnx
-from tinylm.onnx_runtime import keep_top_k as np_top_k
-from tinylm.onnx_runtime import keep_top_p as np_top_p
-from tinylm.onnx_runtime import load_onnx, sample_next
+from tinylm.onnx import export as onnx_export
+from tinylm.onnx.export import export_onnx
+from tinylm.onnx.runtime import keep_top_k as np_top_k
+from tinylm.onnx.runtime import keep_top_p as np_top_p
+from tinylm.onnx.runtime import load_onnx, sample_next
+from tinylm.tasks.text.sampling import keep_top_k, keep_top_p
+from tinylm.tasks.text.sampling import sample_next as torch_sample_next
 from tinylm.tokenizer import CharTokenizer
 
 
@@ -207,9 +207,9 @@ def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys):
                           capture_output=True, text=True, encoding="utf-8", timeout=120, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "onnxruntime" in imported and "tinylm.onnx_runtime" in imported
-    assert not {m for m in imported if m.split(".")[0] in ("torch", "lightning", "tinylm.generation")}
-    assert "tinylm.checkpoint" not in imported and "tinylm.generation" not in imported
+    assert "onnxruntime" in imported and "tinylm.onnx.runtime" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "lightning", "tinylm.tasks.text.sampling")}
+    assert "tinylm.checkpoint" not in imported and "tinylm.tasks.text.sampling" not in imported
     (line,) = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     assert line.startswith(f"checkpoint: {path} (step 60, vocabulary ")
     assert proc.stdout == expected and expected.startswith("自注意")
@@ -217,7 +217,7 @@ def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------------------------
-# The numpy sampler mirrors tinylm.generation.sample_next
+# The numpy sampler mirrors tinylm.tasks.text.sampling.sample_next
 
 
 def kept(logits) -> list[set[int]]:

@@ -21,12 +21,12 @@ from conftest import TINY_TEXT
 from onnx import TensorProto, helper
 from test_onnx import BLOCK, compose_config, export_cli, generate_cli, save_checkpoint
 
-from tinylm import onnx_export
 from tinylm.errors import TinyLMError
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.onnx_export import export_onnx
-from tinylm.onnx_external import TENSOR_PATHS, uses_external_data
-from tinylm.onnx_runtime import load_onnx
+from tinylm.onnx import export as onnx_export
+from tinylm.onnx.export import export_onnx
+from tinylm.onnx.external import TENSOR_PATHS, uses_external_data
+from tinylm.onnx.runtime import load_onnx
 from tinylm.tokenizer import CharTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

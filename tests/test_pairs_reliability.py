@@ -11,15 +11,15 @@ import torch
 from test_generation import compose_generate, generate_cli
 from test_onnx import compose_config, export_cli
 
-from tinylm import plotting
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
-from tinylm.module import LitLanguageModel
-from tinylm.pairs import PairDataModule, collate_decoder_only
+from tinylm.plots import figures as plotting
+from tinylm.tasks.translation.data import PairDataModule, collate_decoder_only
+from tinylm.tasks.translation.decoding import beam_search, continue_sources, translate, translate_lines
 from tinylm.tokenizer import CharTokenizer
-from tinylm.translation import beam_search, continue_sources, translate, translate_lines
+from tinylm.training.module import LitLanguageModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

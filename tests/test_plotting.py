@@ -15,8 +15,9 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from tinylm import plotting, rendering
 from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.plots import figures as plotting
+from tinylm.plots import rendering
 from tinylm.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 
 PROBE = "自注意力可以让序列"
@@ -355,25 +356,25 @@ def image_region(fig: Figure, image: np.ndarray, x: float, y: float, size: float
 
 
 def test_importing_the_plotting_functions_loads_neither_matplotlib_nor_the_font():
-    """A fresh process: tinylm.plotting imports no matplotlib, and the callback's module adds no
+    """A fresh process: tinylm.plots.figures imports no matplotlib, and the callback's module adds no
     matplotlib module to those lightning imports itself (torchmetrics, when matplotlib is
-    installed, imports pyplot), and not tinylm.rendering, which registers the font."""
+    installed, imports pyplot), and not tinylm.plots.rendering, which registers the font."""
     code = """if True:
         import sys
-        import tinylm.plotting
-        assert "matplotlib" not in sys.modules, "tinylm.plotting imported matplotlib"
+        import tinylm.plots.figures
+        assert "matplotlib" not in sys.modules, "tinylm.plots.figures imported matplotlib"
         import lightning
         before = {m for m in sys.modules if m.startswith("matplotlib")}
-        import tinylm.callbacks.attention_maps
+        import tinylm.tasks.text.attention
         added = sorted(m for m in sys.modules if m.startswith("matplotlib") and m not in before)
         assert not added, added
-        assert "tinylm.rendering" not in sys.modules
+        assert "tinylm.plots.rendering" not in sys.modules
         """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
 def test_the_callbacks_png_holds_the_rendered_pixels():
-    from tinylm.callbacks.attention_maps import png
+    from tinylm.tasks.text.attention import png
 
     fig = plotting.attention_figure(causal_weights(4, 9), list(PROBE), layer=0, note="step 1")
     image = plotting.render_rgb(fig)

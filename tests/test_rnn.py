@@ -13,13 +13,13 @@ from conftest import ROOT, TINY_TEXT, compose, run_train
 from omegaconf import OmegaConf
 
 from tinylm.checkpoint import load_model
-from tinylm.config import config_problems
 from tinylm.errors import TinyLMError
-from tinylm.generation import generate
 from tinylm.models import build_model, model_config_problems
 from tinylm.models.gpt import GPT
 from tinylm.models.rnn import RNNConfig, RNNLanguageModel, RNNState
 from tinylm.runs.resume import check_resume
+from tinylm.tasks.text.sampling import generate
+from tinylm.training.config_checks import config_problems
 
 
 def lstm_config(tmp_path, *overrides):

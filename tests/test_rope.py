@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from tinylm.generation import generate
 from tinylm.models.gpt import GPT, GPTConfig, RotaryPositions
+from tinylm.tasks.text.sampling import generate
 
 
 def rope_model(**kw) -> GPT:

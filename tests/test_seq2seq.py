@@ -14,16 +14,15 @@ import torch
 from conftest import ROOT, compose, run_train
 from test_compare import fake_run
 
-from tinylm import compare, plotting
+from tinylm import compare
 from tinylm.checkpoint import load_model
-from tinylm.config import config_problems
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Seq2Seq, Seq2SeqConfig
-from tinylm.numbers_zh import chinese_numeral, numbers_zh_pairs
-from tinylm.onnx_export import check_exportable
-from tinylm.pairs import PairDataModule, collate, collate_decoder_only
-from tinylm.translation import (
+from tinylm.onnx.export import check_exportable
+from tinylm.plots import figures as plotting
+from tinylm.tasks.translation.data import PairDataModule, collate, collate_decoder_only
+from tinylm.tasks.translation.decoding import (
     IGNORE,
     beam_search,
     edit_distance,
@@ -31,6 +30,8 @@ from tinylm.translation import (
     translate_lines,
     translation_scores,
 )
+from tinylm.tasks.translation.numbers_zh import chinese_numeral, numbers_zh_pairs
+from tinylm.training.config_checks import config_problems
 
 V = 13
 DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of the 600 held-out numbers (README)

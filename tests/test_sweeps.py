@@ -28,7 +28,7 @@ from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.runs.folder import original_overrides
 from tinylm.runs.job_files import expected_jobs, job_status
 from tinylm.runs.sweep_report import main as report_main
-from tinylm.training import build_datamodule
+from tinylm.training.fit import build_datamodule
 
 # tiny jobs: one torch thread each (a tiny model gains nothing from more, and extra threads spin
 # on a busy machine), checkpoints but no visualisation callbacks

@@ -105,6 +105,6 @@ def test_last_checkpoint_is_the_final_state_even_when_the_best_is_older(tmp_path
 
 def test_the_training_job_imports_nothing_of_the_run_manager():
     """A fresh process: the run manager (tinylm.runs) calls the training job, never the other way round."""
-    code = "import sys, tinylm.training; print(sorted(m for m in sys.modules if m.startswith('tinylm.runs')))"
+    code = "import sys, tinylm.training.fit; print(sorted(m for m in sys.modules if m.startswith('tinylm.runs')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert (proc.returncode, proc.stdout.strip()) == (0, "[]"), proc.stderr

@@ -136,8 +136,8 @@ def test_a_folder_that_cannot_be_written_is_one_line(run_dir, tmp_path, monkeypa
     """As root chmod blocks nothing: the checks are told no (os.access), the writes fail with EACCES."""
     import errno
 
-    from tinylm import plotting
     from tinylm.errors import TinyLMError
+    from tinylm.plots import figures as plotting
 
     ckpt, out = f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", tmp_path / "pngs"
     with monkeypatch.context() as patch:

@@ -8,7 +8,7 @@ Which checkpoint: a file named by the user; else a run folder's; else the newest
 Loading: ``torch.load(weights_only=True)`` only rebuilds tensors and plain containers, so a file
 that asks for any other Python object is refused before anything in it can run. A tinylm
 checkpoint holds everything needed to rebuild the model and tokenizer as plain data
-("model_config", "tokenizer", "state_dict"; see ``tinylm.module``).
+("model_config", "tokenizer", "state_dict"; see ``tinylm.training.module``).
 """
 
 from __future__ import annotations

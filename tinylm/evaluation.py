@@ -21,11 +21,11 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from tinylm.data import gather_windows
-from tinylm.generation import eval_no_grad
 from tinylm.models import LanguageModel
 from tinylm.models.seq2seq import PAD_ID
-from tinylm.translation import IGNORE, translation_scores
+from tinylm.tasks.text.data import gather_windows
+from tinylm.tasks.text.sampling import eval_no_grad
+from tinylm.tasks.translation.decoding import IGNORE, translation_scores
 
 
 def window_plan(n_ids: int, block_size: int, stride: int) -> list[tuple[int, int]]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tinylm import plotting
 from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer
+from tinylm.plots import figures as plotting
 from tinylm.tokenizer import tokenizer_from_state
 
 

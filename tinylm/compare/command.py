@@ -9,8 +9,8 @@ from pathlib import Path
 from tinylm.compare.report import write_report
 from tinylm.compare.runner import ROOT, TRAIN_SCRIPT, run_comparison
 from tinylm.compare.spec import comparisons
-from tinylm.data import read_text
 from tinylm.errors import TinyLMError
+from tinylm.tasks.text.data import read_text
 
 TEXT_COMPARISONS = [name for name in comparisons(1, 1) if name != "seq2seq"]  # what `all` runs
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
-from tinylm.plotting import save_png
+from tinylm.plots.figures import save_png
 from tinylm.runs.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"

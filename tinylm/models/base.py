@@ -56,7 +56,7 @@ class LanguageModel(nn.Module):
       are its ``translation_maps``)
     - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
     - ``past_shape(batch_size, length)`` and ``step(idx, past_keys, past_values)``: decoding on plain
-      tensors, what ONNX export traces (``tinylm.onnx_export``); an architecture without a step has
+      tensors, what ONNX export traces (``tinylm.onnx.export``); an architecture without a step has
       ``past_shape`` None and cannot be exported
     - ``loss(batch)``: the training loss of one batch of its data module, all the LightningModule
       asks of any model (a language model's batch is ``(idx, targets)``)
@@ -67,7 +67,7 @@ class LanguageModel(nn.Module):
 
     - ``encode(src) -> memory``: the source (B, S), padded at the end, encoded once
     - ``decode(tgt, memory, cache=None, last_only=False) -> (logits, self_weights, cross_weights)``,
-      with ``new_cache`` for incremental decoding (``tinylm.translation`` holds the loops)
+      with ``new_cache`` for incremental decoding (``tinylm.tasks.translation.decoding`` holds the loops)
     - ``translation_maps(src, tgt)``: the encoder, decoder and cross-attention weights per layer
     """
 

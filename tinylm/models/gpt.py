@@ -11,7 +11,7 @@ V = vocabulary size.
 With rotary positions (``pos_encoding="rope"``) nothing is added to the token embedding: inside
 every attention layer the queries and keys are rotated by their position instead.
 
-The module knows nothing about Lightning; ``tinylm.module`` wraps it for training.
+The module knows nothing about Lightning; ``tinylm.training.module`` wraps it for training.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class KVCache:
 
     Each step appends its positions, so it holds at most the first block_size positions of a text.
     Once a text outgrows the block, every kept token moves to a new position and the window is
-    encoded afresh (``tinylm.generation``), with rope too: from the second layer on, cached keys
+    encoded afresh (``tinylm.tasks.text.sampling``), with rope too: from the second layer on, cached keys
     and values depend on tokens that left the window. ``past``: keys and values (L, B, h, P, hs)
     of P earlier positions to start from (``GPT.step``); None: P = 0.
     """

@@ -1,6 +1,6 @@
 """Run management: everything around a training run except the training itself.
 
-- ``job``: the job wrapper behind ``train.py``; it calls ``tinylm.training`` and owns the folder
+- ``job``: the job wrapper behind ``train.py``; it calls ``tinylm.training.fit`` and owns the folder
   claim, resume, the SLURM requeue rule, ``metrics.json`` and ``error.txt``, and exit codes;
 - ``folder``: run folders (unique names, the ``.hydra`` record, the overrides a run was made with);
 - ``lock``: one process per run folder (``running.json``);
@@ -9,5 +9,5 @@
 - ``sweep_resume``, ``sweep_stop``: sweeps that survive interruption and stop cleanly;
 - ``sweep_report``: ``python -m tinylm.runs.sweep_report <sweep folder>``.
 
-``tinylm.training`` imports nothing from here.
+``tinylm.training.fit`` imports nothing from here.
 """

@@ -1,4 +1,4 @@
-"""The job wrapper: one training run as the run manager runs it, around ``tinylm.training``.
+"""The job wrapper: one training run as the run manager runs it, around ``tinylm.training.fit``.
 
 ``train.py``'s Hydra task is ``main``. It calls the training job's steps (``prepare``, ``build``,
 ``fit``) and owns what the run folder records and what a sweep needs of a job:
@@ -29,13 +29,13 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from tinylm.errors import TinyLMError
-from tinylm.run_logs import held_file_logs, log_error_to_files
 from tinylm.runs.job_files import ERROR, METRICS, read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
-from tinylm.safety import exit_code, remove_partial_checkpoints
-from tinylm.training import build, fit, prepare, resolve_path
+from tinylm.training.fit import build, fit, prepare, resolve_path
+from tinylm.training.logs import held_file_logs, log_error_to_files
+from tinylm.training.safety import exit_code, remove_partial_checkpoints
 
 log = logging.getLogger(__name__)
 

@@ -282,7 +282,7 @@ def write_plot(fig: Figure | None, path: Path) -> None:
     """The plot into ``path``; without one, no plot of an earlier report is left behind."""
     path.unlink(missing_ok=True)
     if fig is not None:
-        from tinylm.plotting import save_png
+        from tinylm.plots.figures import save_png
 
         save_png(fig, path)
 

@@ -1,7 +1,7 @@
 """A sweep that Ctrl-C or SIGTERM stops: every running job saves, no new job starts, and it says how to finish.
 
 With any launcher, the first Ctrl-C (SIGINT) or SIGTERM (``kill``, ``docker stop``) stops a sweep
-cleanly: each running job saves its ``last.ckpt`` (``tinylm.safety.GracefulInterrupt``), the sweep
+cleanly: each running job saves its ``last.ckpt`` (``tinylm.training.safety.GracefulInterrupt``), the sweep
 records the stop and its signal in ``interrupted.txt``, jobs not started yet are skipped, and the
 command exits 130 (Ctrl-C) or 143 (SIGTERM) naming the command that finishes the sweep
 (``tinylm.runs.sweep_resume``). A second signal aborts at once.
@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from tinylm.safety import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
+from tinylm.training.safety import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
 
 STOP_FILE = "interrupted.txt"  # in the sweep folder: Ctrl-C or SIGTERM stopped this sweep
 

@@ -2,11 +2,11 @@
 and for a decoder-only model trained on the same pairs (source + BEGIN, continued up to END).
 
 - ``translate(model, src, ...)``: greedy (temperature 0) or sampled decoding of a batch of sources,
-  with the options of ``tinylm.generation.sample_next``. The source is encoded once; with the
+  with the options of ``tinylm.tasks.text.sampling.sample_next``. The source is encoded once; with the
   cache, each step feeds the decoder only the newest symbol, and the cross-attention keys and
   values of the source are reused from ``model.encode`` at every step.
 - ``continue_sources(model, prompts, ...)``: the same for a decoder-only model, through
-  ``tinylm.generation.generate``.
+  ``tinylm.tasks.text.sampling.generate``.
 - ``beam_search(model, src, beam_size)``: the most likely translations of one source, kept
   ``beam_size`` at a time, with either kind of model.
 - ``edit_distance`` and ``translation_scores``: the exact match and character error rate that
@@ -27,10 +27,10 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
-from tinylm.generation import eval_no_grad, generate, sample_next, suppress
 from tinylm.models import LanguageModel
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
-from tinylm.textstream import UNKNOWN_POLICIES
+from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
+from tinylm.tasks.text.sampling import eval_no_grad, generate, sample_next, suppress
 from tinylm.tokenizer import Tokenizer
 
 IGNORE = -100  # cross-entropy's default ignore_index: target positions a decoder-only model is not scored on
@@ -160,7 +160,7 @@ def edit_distance(a: list[int], b: list[int]) -> int:
 def continue_sources(model: LanguageModel, prompts: list[list[int]], temperature: float = 0.0,
                      **sampling) -> list[list[int]]:
     """A decoder-only model's translations: each prompt (source + BEGIN) continued up to END, greedy by
-    default (``sampling``: the other options of ``tinylm.generation.stream_tokens``)."""
+    default (``sampling``: the other options of ``tinylm.tasks.text.sampling.stream_tokens``)."""
     device = next(model.parameters()).device
     outputs = []
     for ids in prompts:
@@ -176,7 +176,7 @@ def translation_scores(model: LanguageModel, batch) -> tuple[int, int, int, int]
     reference characters). Exact match is exact / examples; the character error rate is edits / reference characters.
 
     An encoder-decoder's batch is (source, target_in, target_out); a decoder-only model's is
-    (idx, targets) of ``tinylm.pairs.collate_decoder_only``, whose first scored position is BEGIN.
+    (idx, targets) of ``tinylm.tasks.translation.data.collate_decoder_only``, whose first scored position is BEGIN.
     """
     if model.translates:
         src, _, targets = batch  # (B, S), (B, T), (B, T): targets end with END, then padding

@@ -1,6 +1,6 @@
-"""The matplotlib side of ``tinylm.plotting``: the CJK font, and a figure's pixels drawn by Agg.
+"""The matplotlib side of ``tinylm.plots.figures``: the CJK font, and a figure's pixels drawn by Agg.
 
-This module imports matplotlib; ``tinylm.plotting`` imports it on the first figure drawn, so that
+This module imports matplotlib; ``tinylm.plots.figures`` imports it on the first figure drawn, so that
 importing the plotting functions (the training callbacks do) costs nothing until a figure is made.
 
 Chinese labels need a font with CJK glyphs. Rather than relying on system font packages, we

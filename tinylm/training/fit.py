@@ -1,9 +1,11 @@
 """The training job: config -> data -> model -> Trainer.fit -> metrics.
 
-Its steps are ``prepare`` (check the config, set the threads, seed), ``build`` (the data and the
-LightningModule) and ``fit`` (train, measure, return the metrics). The run manager's job wrapper
-(``tinylm.runs.job``, behind ``train.py``) calls them: it claims the run folder, checks a resume
-between ``build`` and ``fit``, and writes the job's files. Nothing here imports the run manager.
+``train(cfg)`` is the whole job, in-process: what a test or a notebook calls with a composed
+config. Its steps are ``prepare`` (check the config, set the threads, seed), ``build`` (the data
+and the LightningModule) and ``fit`` (train, measure, return the metrics). The run manager's job
+wrapper (``tinylm.runs.job``, behind ``train.py``) calls the steps itself: it claims the run
+folder, checks a resume between ``build`` and ``fit``, and writes the job's files. Nothing here
+imports the run manager.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, Prog
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.config import validate
-from tinylm.data import TextDataModule
 from tinylm.errors import TinyLMError
-from tinylm.module import LitLanguageModel
-from tinylm.run_logs import expected_checkpoints, quiet_lightning
-from tinylm.safety import AtomicCheckpointIO, GracefulInterrupt
+from tinylm.tasks.text.data import TextDataModule
+from tinylm.training.config_checks import validate
+from tinylm.training.logs import expected_checkpoints, quiet_lightning
+from tinylm.training.module import LitLanguageModel
+from tinylm.training.safety import AtomicCheckpointIO, GracefulInterrupt
 
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
@@ -88,6 +90,16 @@ def build(cfg: DictConfig) -> tuple[TextDataModule, LitLanguageModel]:
     datamodule = build_datamodule(cfg)
     datamodule.prepare()
     return datamodule, build_module(cfg, datamodule)
+
+
+def train(cfg: DictConfig, ckpt_path: str | None = None) -> dict:
+    """Seed, build, fit and measure the run ``cfg`` describes, in ``cfg.paths.output_dir``; return its metrics.
+
+    ``ckpt_path`` continues a checkpoint, as it is (the run manager checks a resume first).
+    """
+    prepare(cfg)
+    datamodule, module = build(cfg)
+    return fit(cfg, datamodule, module, Path(cfg.paths.output_dir), resolve_path(ckpt_path))
 
 
 def instantiate_all(group: DictConfig | None) -> list:

@@ -15,9 +15,9 @@ The new tokens stand at positions past .. past + sequence - 1: the learned or si
 read there, rope rotates by those angles, and each new token attends to every earlier one and to
 itself. ``past`` may be 0 (the prompt: a tensor with a 0-length axis), and past + sequence must
 not exceed the context window (block_size): past it, a caller encodes the last window afresh with
-no past, as ``tinylm.generation`` does (``tinylm.onnx_runtime``).
+no past, as ``tinylm.tasks.text.sampling`` does (``tinylm.onnx.runtime``).
 
-The file carries everything else as JSON in its ``metadata_props`` (keys in ``tinylm.onnx_runtime``):
+The file carries everything else as JSON in its ``metadata_props`` (keys in ``tinylm.onnx.runtime``):
 the format, the tinylm version, the model config, the tokenizer state, the training step, the
 parameter count and the context window. The graph is checked with ``onnx.checker``, written to a
 temporary file next to the target and its logits compared there with PyTorch's on random ids; only
@@ -44,7 +44,7 @@ import torch
 import tinylm
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel
-from tinylm.onnx_runtime import (
+from tinylm.onnx.runtime import (
     CONFIG_KEY,
     FORMAT,
     FORMAT_KEY,
@@ -130,7 +130,7 @@ def trace(model: LanguageModel):
 
 
 def metadata(model: LanguageModel, tokenizer: Tokenizer, global_step: int | None) -> dict[str, str]:
-    """The file's metadata_props: plain JSON that ``tinylm.onnx_runtime.load_onnx`` reads back."""
+    """The file's metadata_props: plain JSON that ``tinylm.onnx.runtime.load_onnx`` reads back."""
     values = {FORMAT_KEY: FORMAT, VERSION_KEY: tinylm.__version__, CONFIG_KEY: asdict(model.config),
               TOKENIZER_KEY: tokenizer.state(), STEP_KEY: global_step, PARAMS_KEY: model.num_params(),
               WINDOW_KEY: model.context_window}
@@ -199,7 +199,7 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
 def write_checked(proto, model: LanguageModel, out: Path) -> None:
     """Write ``proto`` to a temporary file next to ``out``, fsync and check it, then rename it over ``out``.
 
-    As ``tinylm.safety.AtomicCheckpointIO``: ``out`` only ever changes by that rename, so kill -9,
+    As ``tinylm.training.safety.AtomicCheckpointIO``: ``out`` only ever changes by that rename, so kill -9,
     a full disk or a failed check leaves the file that was there (or none) as it was.
     """
     remove_stale_temporaries(out)

@@ -34,7 +34,8 @@ SET_BY_TRAIN = {"data": {"block_size": "model.block_size", "seed": "seed"},
 SUMMARY_WRITER = ("torch.utils.tensorboard.SummaryWriter" if importlib.util.find_spec("tensorboard")
                   else "tensorboardX.SummaryWriter")  # as Lightning picks it
 KWARGS_GO_TO = {
-    "tinylm.tensorboard_logger.RunTensorBoardLogger": ("lightning.pytorch.loggers.tensorboard.TensorBoardLogger", ()),
+    "tinylm.training.tensorboard_logger.RunTensorBoardLogger": (
+        "lightning.pytorch.loggers.tensorboard.TensorBoardLogger", ()),
     "lightning.pytorch.loggers.tensorboard.TensorBoardLogger": (
         "lightning.fabric.loggers.tensorboard.TensorBoardLogger", ()),
     "lightning.fabric.loggers.tensorboard.TensorBoardLogger": (SUMMARY_WRITER, ("log_dir",)),
@@ -92,7 +93,7 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
 
     A ``_target_`` entry (the data module, callbacks, loggers, ...) takes its constructor's arguments,
     the model the fields of its architecture's config, the Trainer the arguments train.py passes on,
-    optim and early stopping the keys with a rule (``rules``: tinylm.config.RULES), the top level
+    optim and early stopping the keys with a rule (``rules``: tinylm.training.config_checks.RULES), the top level
     the keys of conf/train.yaml. Checked before anything is built or read.
     """
     plain = OmegaConf.to_container(cfg, resolve=False)

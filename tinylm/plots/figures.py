@@ -2,13 +2,13 @@
 
 The heatmaps show a GPT's causal self-attention, and an encoder-decoder's encoder self-attention
 and cross-attention (target characters on the rows, source characters on the columns); where
-each part of a figure goes is ``tinylm.figure_layout``.
+each part of a figure goes is ``tinylm.plots.layout``.
 
 Figures are plain ``matplotlib.figure.Figure`` objects drawn by the Agg canvas, never pyplot:
 pyplot keeps every figure in a global registry until closed, which leaks memory over a long run,
 and it would pick an interactive backend on a desktop. A figure here is garbage once unreferenced.
 
-matplotlib and the Chinese font (see ``tinylm.rendering``) are loaded when the first figure is
+matplotlib and the Chinese font (see ``tinylm.plots.rendering``) are loaded when the first figure is
 made, not when this module is imported: the training callbacks import it for every run.
 """
 
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from tinylm.figure_layout import COLORBAR_LABEL, KEY_TITLE, LABEL_PT, QUERY_TITLE, Layout, choose_layout
-from tinylm.generation import eval_no_grad
 from tinylm.models import LanguageModel
 from tinylm.models.seq2seq import BEGIN_ID
+from tinylm.plots.layout import COLORBAR_LABEL, KEY_TITLE, LABEL_PT, QUERY_TITLE, Layout, choose_layout
+from tinylm.tasks.text.sampling import eval_no_grad
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -52,18 +52,18 @@ def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Pixels, drawn by tinylm.rendering: the first call loads matplotlib and the font
+# Pixels, drawn by tinylm.plots.rendering: the first call loads matplotlib and the font
 
 
 def render_rgb(fig: Figure) -> np.ndarray:
     """Draw ``fig`` with Agg and return its pixels, (H, W, 3) uint8, for TensorBoard's add_image."""
-    from tinylm.rendering import render_rgb
+    from tinylm.plots.rendering import render_rgb
     return render_rgb(fig)
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` as a PNG file (creating its folder), drawn by Agg like ``render_rgb``."""
-    from tinylm.rendering import save_png
+    from tinylm.plots.rendering import save_png
     return save_png(fig, path)
 
 
@@ -108,7 +108,7 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
     ``reuse``: a dict kept by the caller between calls (the training callback keeps one), holding
     a figure per layout. A call with the same labels, heads and title size then fills that figure
     with its cells and title instead of building one, and drawing it renders only those again,
-    not the labels (``tinylm.rendering.ReusableFigure``): the same pixels in about a sixth of the
+    not the labels (``tinylm.plots.rendering.ReusableFigure``): the same pixels in about a sixth of the
     time. Draw the figure before the next call: that call changes it.
     """
     heads, T, S = weights.shape
@@ -143,7 +143,7 @@ def translation_figures(model: LanguageModel, tokenizer, ids: Sequence[int], not
     for ``attention_figure`` (draw each figure before taking the next), for the encoder maps only:
     the rows of the others change with the translation.
     """
-    from tinylm.translation import translate
+    from tinylm.tasks.translation.decoding import translate
 
     src = torch.tensor([list(ids)], device=next(model.parameters()).device)  # (1, S)
     written = translate(model, src)[0][: model.config.block_size - 1]  # room for BEGIN in front
@@ -169,7 +169,7 @@ def _attention_page(layout: Layout, heads: int, reusable: bool) -> tuple[Figure,
     images, to be filled in. A reusable one redraws the artists on the cells and the title."""
     from matplotlib import colormaps
 
-    from tinylm.rendering import cjk_style
+    from tinylm.plots.rendering import cjk_style
 
     hidden = _hidden(layout)
     blank = np.ma.masked_array(np.zeros(hidden.shape), mask=hidden)
@@ -192,7 +192,7 @@ def causal_mask_figure(mask: torch.Tensor, labels: Sequence[str]) -> Figure:
     """
     from matplotlib.colors import ListedColormap
 
-    from tinylm.rendering import cjk_style
+    from tinylm.plots.rendering import cjk_style
 
     T = len(labels)
     visible_cells = mask.cpu().numpy()

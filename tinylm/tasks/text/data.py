@@ -134,7 +134,7 @@ def gather_windows(ids: torch.Tensor, offsets: torch.Tensor, block_size: int):
 
 
 def data_identity(*parts) -> dict:
-    """What a checkpoint records of its data (``tinylm.module``), so that a resume on an edited text
+    """What a checkpoint records of its data (``tinylm.training.module``), so that a resume on an edited text
     can tell: the token count and a SHA-256 of the ids of each part (training, validation), in order.
     Not the path: a shared checkpoint should not reveal it."""
     digest = hashlib.sha256()

@@ -21,7 +21,7 @@ import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
-from tinylm.translation import translation_scores
+from tinylm.tasks.translation.decoding import translation_scores
 
 LN2 = math.log(2)
 

@@ -8,7 +8,6 @@ import zlib
 import numpy as np
 import torch
 
-from tinylm import plotting
 from tinylm.callbacks.inspector import (
     PeriodicInspector,
     log,
@@ -17,6 +16,7 @@ from tinylm.callbacks.inspector import (
     without_unknown,
 )
 from tinylm.errors import TinyLMError
+from tinylm.plots import figures as plotting
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 

@@ -1,4 +1,4 @@
-"""Where everything of an attention figure goes: the page layout of ``tinylm.plotting``'s heatmaps.
+"""Where everything of an attention figure goes: the page layout of ``tinylm.plots.figures``'s heatmaps.
 
 TensorBoard's Time Series tab shows an image about CARD_PX wide whatever its pixel size, so text
 of LABEL_PT is CARD_PX / (figure width in ems of LABEL_PT) pixels tall there. Sizes below are in
@@ -41,7 +41,7 @@ COLORBAR_LABEL = "attention weight (each row sums to 1)"
 
 def _em(text: str, pt: float = LABEL_PT) -> float:
     """Width of one line of ``text`` drawn at ``pt`` points, in label ems (kerning left out)."""
-    from tinylm.rendering import char_em  # measured in the fonts the figures draw with
+    from tinylm.plots.rendering import char_em  # measured in the fonts the figures draw with
 
     return sum(map(char_em, text)) * pt / LABEL_PT
 
@@ -122,7 +122,7 @@ class Layout:
         drawn. ``reusable``: a ``ReusableFigure``, to be drawn again with other cells."""
         from matplotlib.figure import Figure
 
-        from tinylm.rendering import ReusableFigure
+        from tinylm.plots.rendering import ReusableFigure
 
         figure_class = ReusableFigure if reusable else Figure
         fig = figure_class(figsize=(self.width * EM, self.height * EM), dpi=DPI)

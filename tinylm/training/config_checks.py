@@ -3,7 +3,7 @@
 Hydra already rejects unknown keys (the config is in struct mode) but accepts any value: whatever
 it parses from the command line (a string, int, float, bool, list or null). This module checks
 every value of the top level, of the ``data``, ``optim`` and ``trainer`` groups and of early stopping
-against a small typed rule (``RULES``), every key added with ``+`` against what takes it (``tinylm.config_keys``:
+against a small typed rule (``RULES``), every key added with ``+`` against what takes it (``config_keys``:
 a ``_target_`` entry's constructor, the model's config fields), and the model with
 ``tinylm.models.model_config_problems``, so a bad value is one line, not a traceback from deep inside
 Lightning, numpy or torch.
@@ -21,12 +21,12 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from tinylm.config_keys import unknown_keys
 from tinylm.errors import TinyLMError
 from tinylm.models import ARCHITECTURES, model_config_problems
-from tinylm.pairs import DEMOS, PairDataModule
+from tinylm.tasks.translation.data import DEMOS, PairDataModule
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
+from tinylm.training.config_keys import unknown_keys
 
 Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ..."), or None
 

@@ -2,7 +2,7 @@
 
 ONNX "external data" lets a tensor name a file beside the model that ONNX Runtime reads as its
 data. tinylm never writes any, and a crafted file could make generation print a file of its
-folder, so ``tinylm.onnx_runtime.load_onnx`` refuses every file this finds it in. The runtime-only
+folder, so ``tinylm.onnx.runtime.load_onnx`` refuses every file this finds it in. The runtime-only
 install has onnxruntime but not the ``onnx`` package, so the walk reads the wire format itself.
 """
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from tinylm import plotting
 from tinylm.callbacks.inspector import PeriodicInspector, log
 from tinylm.errors import TinyLMError
-from tinylm.generation import eval_no_grad
+from tinylm.plots import figures as plotting
+from tinylm.tasks.text.sampling import eval_no_grad
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 

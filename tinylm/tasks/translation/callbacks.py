@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-from tinylm import plotting
-from tinylm.callbacks.attention_maps import add_rgb_image
 from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer
 from tinylm.errors import TinyLMError
-from tinylm.pairs import pad
+from tinylm.plots import figures as plotting
+from tinylm.tasks.text.attention import add_rgb_image
+from tinylm.tasks.translation.data import pad
+from tinylm.tasks.translation.decoding import translate
 from tinylm.tokenizer import tokenizer_from_state
-from tinylm.translation import translate
 
 
 def validation_pairs(trainer, count: int) -> list[tuple[list[int], list[int]]]:

@@ -29,7 +29,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from tinylm.data import (
+from tinylm.errors import TinyLMError
+from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
+from tinylm.tasks.text.data import (
     DEFAULT_MAX_MIB,
     SeededBatches,
     batch_loader,
@@ -38,11 +40,9 @@ from tinylm.data import (
     read_data_bytes,
     stream_position,
 )
-from tinylm.errors import TinyLMError
-from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
-from tinylm.numbers_zh import numbers_zh_pairs
+from tinylm.tasks.translation.decoding import IGNORE
+from tinylm.tasks.translation.numbers_zh import numbers_zh_pairs
 from tinylm.tokenizer import CharTokenizer
-from tinylm.translation import IGNORE
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class PairDataModule(L.LightningDataModule):
         n_val = max(1, int(len(fitting) * self.val_fraction))
         examples = [(self.tokenizer.encode(s), self.tokenizer.encode(t)) for s, t in fitting]
         self.train_examples, self.val_examples = examples[n_val:], examples[:n_val]
-        # each pair as its source ids, -1, its target ids, -2: one sequence per split (tinylm.data.data_identity)
+        # each pair as its source ids, -1, its target ids, -2: one sequence per split (text.data.data_identity)
         self.identity = data_identity(*([i for s, t in split for i in (*s, -1, *t, -2)]
                                         for split in (self.train_examples, self.val_examples)))
 

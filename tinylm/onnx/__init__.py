@@ -1,0 +1,1 @@
+"""ONNX: exporting a checkpoint, checking the file, and sampling from it without PyTorch."""
