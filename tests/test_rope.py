@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from tinylm.models.gpt import GPT, GPTConfig, RotaryPositions
+from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.models.positions import RotaryPositions
 from tinylm.tasks.text.sampling import generate
 
 
@@ -82,7 +83,8 @@ def test_explicit_weights_are_causal_and_match_sdpa():
     idx = torch.randint(73, (2, 32), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         a, _ = sdpa(idx)
-        b, _, weights = explicit(idx, return_attention=True)
+        b, _ = explicit(idx)
+        weights = explicit.attention_maps(idx)
     assert torch.allclose(a, b, atol=1e-5)
     for w in weights:  # (B, h, T, T)
         assert torch.allclose(w.sum(-1), torch.ones(2, 4, 32), atol=1e-5)
@@ -106,11 +108,9 @@ def test_kv_cache_matches_the_reference_past_block_size(attn_impl):
 
 def test_incremental_decoding_equals_one_full_pass():
     """Queries and keys rotated one position at a time in the cache equal a whole-sequence pass."""
-    from tinylm.models.gpt import KVCache
-
     model = rope_model(block_size=16, n_embd=16, num_heads=2, num_layers=2)
     idx = torch.randint(73, (2, 16), generator=torch.Generator().manual_seed(5))
-    cache = KVCache(model.config, 2)
+    cache = model.new_cache(2)
     with torch.no_grad():
         full, _ = model(idx)
         steps = [model(idx[:, :6], cache=cache)[0]] + [model(idx[:, t : t + 1], cache=cache)[0] for t in range(6, 16)]

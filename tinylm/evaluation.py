@@ -22,9 +22,9 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.models import LanguageModel
+from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import PAD_ID
 from tinylm.tasks.text.data import gather_windows
-from tinylm.tasks.text.sampling import eval_no_grad
 from tinylm.tasks.translation.decoding import IGNORE, translation_scores
 
 

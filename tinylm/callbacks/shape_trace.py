@@ -5,8 +5,8 @@ from __future__ import annotations
 import lightning as L
 
 from tinylm.callbacks.inspector import guarded
+from tinylm.models.base import eval_no_grad
 from tinylm.models.tracing import shape_table, trace_shapes
-from tinylm.tasks.text.sampling import eval_no_grad
 
 
 class ShapeTrace(L.Callback):

@@ -1,15 +1,21 @@
-"""What every tinylm model is: a config dataclass validated in one place, and one interface.
+"""What every tinylm model is: a config dataclass validated in one place, and one of two kinds.
 
-Training, generation, the TensorBoard callbacks and ``visualize.py`` use a model only through
-``LanguageModel``; none of them asks which class it holds. An architecture that has no attention
-says so by returning ``None`` from ``attention_maps``. A translation model (an encoder-decoder)
-says so with ``translates = True``; what it offers instead of a text continuation is listed in
-``LanguageModel``'s docstring.
+- a **decoder** (``Decoder``: the GPT, the LSTM and GRU) continues a text: ids in, the next
+  token's logits out;
+- an **encoder-decoder** (``EncoderDecoder``: ``tinylm.models.seq2seq``) maps a source to a
+  target: the source is encoded once, the target decoded against it.
+
+Each model class names its kind (``kind``); ``translates`` says the same for the code that asks
+"does it translate". Training, generation, the TensorBoard callbacks and ``visualize.py`` use a
+model only through the interface of its kind, listed in each base's docstring; none of them asks
+which class it holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -17,9 +23,14 @@ import torch.nn as nn
 
 @dataclass
 class ModelConfig:
-    """Base of every architecture's config: ``problems`` lists what is wrong, construction refuses it."""
+    """Base of every architecture's config: ``problems`` lists what is wrong, construction refuses it.
+
+    ``shape_keys()`` are the settings a checkpoint's weights depend on (a resume must keep them):
+    every field but ``vocab_size`` (the data's) and those named in ``free_keys``.
+    """
 
     vocab_size: int
+    free_keys: ClassVar[tuple[str, ...]] = ("dropout",)  # settings that change no weight
 
     def __post_init__(self):
         problems = self.problems(asdict(self))
@@ -30,6 +41,11 @@ class ModelConfig:
     def problems(cls, cfg: dict) -> list[str]:
         """Everything wrong with a config of this architecture, each as 'what is wrong: how to fix it'."""
         raise NotImplementedError
+
+    @classmethod
+    def shape_keys(cls) -> tuple[str, ...]:
+        """The config fields a checkpoint's weights depend on, e.g. ("arch", "block_size", "n_embd", ...)."""
+        return tuple(f.name for f in fields(cls) if f.name != "vocab_size" and f.name not in cls.free_keys)
 
 
 def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
@@ -45,39 +61,49 @@ def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
     return problems
 
 
+@contextmanager
+def eval_no_grad(model: nn.Module):
+    """Eval mode and no autograd for one step, then the model's own mode back.
+
+    Scoped to a step rather than a whole stream, so nothing leaks into the caller's code while a
+    stream is paused between tokens (or abandoned half way). Switching modes walks every
+    submodule, so a model already in eval mode is left alone.
+    """
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
 class LanguageModel(nn.Module):
-    """The interface of every model: ids in, next-token logits (and the loss) out.
+    """What models of both kinds offer:
 
-    - ``forward(idx, targets=None, cache=None, last_only=False) -> (logits, loss)``
-    - ``new_cache(batch_size, device, dtype)``: what carries the past between generation steps
-    - ``context_window``: how many of the last tokens it reads (None: all of them)
-    - ``has_attention`` and ``attention_maps(idx)``: per-layer attention weights (a model without
-      attention has ``has_attention = False``, and its maps are None; a translation model's maps
-      are its ``translation_maps``)
-    - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
-    - ``past_shape(batch_size, length)`` and ``step(idx, past_keys, past_values)``: decoding on plain
-      tensors, what ONNX export traces (``tinylm.onnx.export``); an architecture without a step has
-      ``past_shape`` None and cannot be exported
+    - ``kind``: "decoder" (``Decoder``) or "encoder-decoder" (``EncoderDecoder``), and
+      ``translates``, True for an encoder-decoder
+    - ``forward(...) -> (logits, loss)``, always that pair (the loss None without targets); what
+      goes in depends on the kind
     - ``loss(batch)``: the training loss of one batch of its data module, all the LightningModule
-      asks of any model (a language model's batch is ``(idx, targets)``)
-
-    A model with ``translates = True`` (``tinylm.models.seq2seq``) maps a source to a target
-    instead of continuing a text. Its batches are ``(source, target_in, target_out)``, its vocabulary
-    starts with the padding, begin and end symbols (``PAD_ID, BEGIN_ID, END_ID``), and it has:
-
-    - ``encode(src) -> memory``: the source (B, S), padded at the end, encoded once
-    - ``decode(tgt, memory, cache=None, last_only=False) -> (logits, self_weights, cross_weights)``,
-      with ``new_cache`` for incremental decoding (``tinylm.tasks.translation.decoding`` holds the loops)
-    - ``translation_maps(src, tgt)``: the encoder, decoder and cross-attention weights per layer
+      asks of any model
+    - ``new_cache(batch_size, device, dtype)``: what carries the past between decoding steps
+    - ``context_window``: how many of the last tokens it reads (None: all of them)
+    - ``has_attention``: whether it has attention weights to show
+    - ``past_shape(batch_size, length)``: the shape of ``Decoder.step``'s keys and values; None for
+      a model without a step, which cannot be exported to ONNX
+    - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
     """
 
     config: ModelConfig
+    kind: ClassVar[str]
+    translates: ClassVar[bool]
     has_attention = False
-    translates = False
 
     def loss(self, batch) -> torch.Tensor:
-        idx, targets = batch  # (B, T) each
-        return self(idx, targets)[1]
+        raise NotImplementedError
 
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32):
         raise NotImplementedError
@@ -88,19 +114,6 @@ class LanguageModel(nn.Module):
 
     def past_shape(self, batch_size: int, length: int) -> tuple[int, ...] | None:
         """The shape of ``step``'s keys and of its values for ``length`` positions; None: no ``step``."""
-        return None
-
-    def step(self, idx: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor):
-        """``forward`` with the cache as plain tensors in and out, and no other state: one graph for export.
-
-        idx (B, T) continues a text whose P earlier positions (P >= 0) left ``past_keys`` and
-        ``past_values``, each ``past_shape(B, P)``. Returns the logits (B, T, V) and the keys and
-        the values of all P + T positions, each ``past_shape(B, P + T)``.
-        """
-        raise NotImplementedError(f"{type(self).__name__} has no step: its past_shape is None")
-
-    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor] | None:
-        """Per layer, the attention weights (B, h, T, T) for ``idx`` (B, T); None: no attention."""
         return None
 
     def token_embeddings(self) -> torch.Tensor:
@@ -124,3 +137,78 @@ class LanguageModel(nn.Module):
         lines = [f"{name:<{width}}  {count:>10,}" for name, count in rows]
         lines.append(f"{'total':<{width}}  {self.num_params():>10,}")
         return "\n".join(lines)
+
+
+class Decoder(LanguageModel):
+    """A model that continues a text (the GPT, the LSTM and GRU):
+
+    - ``forward(idx, targets=None, cache=None, last_only=False) -> (logits, loss)``: ids (B, T) in,
+      logits (B, T, V) of the next token at every position out, and the mean cross-entropy against
+      ``targets`` (B, T) (None without them). ``cache`` (from ``new_cache``): decode
+      incrementally, ``idx`` holding only the positions not read yet. ``last_only``: the logits of
+      the last position only, (B, 1, V), and no loss
+    - ``loss((idx, targets))``: its batches are (idx, targets), (B, T) each
+    - ``attention_maps(idx)``: per layer, the attention weights (B, h, T, T) for ``idx`` (B, T);
+      None for a model without attention (``has_attention = False``)
+    - ``step(idx, past_keys, past_values)``: ``forward`` on plain tensors, what ONNX export traces
+      (``tinylm.onnx.export``), for an architecture whose ``past_shape`` is not None
+    """
+
+    kind = "decoder"
+    translates = False
+
+    def loss(self, batch) -> torch.Tensor:
+        idx, targets = batch  # (B, T) each
+        return self(idx, targets)[1]
+
+    def step(self, idx: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor):
+        """``forward`` with the cache as plain tensors in and out, and no other state: one graph for export.
+
+        idx (B, T) continues a text whose P earlier positions (P >= 0) left ``past_keys`` and
+        ``past_values``, each ``past_shape(B, P)``. Returns the logits (B, T, V) and the keys and
+        the values of all P + T positions, each ``past_shape(B, P + T)``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no step: its past_shape is None")
+
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor] | None:
+        """Per layer, the attention weights (B, h, T, T) for ``idx`` (B, T); None: no attention."""
+        return None
+
+
+class EncoderDecoder(LanguageModel):
+    """A model that maps a source to a target (``tinylm.models.seq2seq``, ``translates = True``).
+
+    Its vocabulary starts with the padding, begin and end symbols (``PAD_ID, BEGIN_ID, END_ID`` of
+    ``tinylm.models.seq2seq``); sources are padded with PAD_ID at the end.
+
+    - ``forward(src, tgt, targets=None) -> (logits, loss)``: teacher forcing, the source (B, S)
+      and the target (B, T) that starts with BEGIN in, the logits (B, T, V) of the next target
+      symbol at every position out, and the cross-entropy against ``targets`` (B, T) (target +
+      END, padded with PAD_ID, which the loss leaves out; None without them)
+    - ``loss((src, tgt, targets))``: its batches are (source, target_in, target_out)
+    - ``encode(src) -> memory``: the source encoded once, all the decoder reads of it
+    - ``decode(tgt, memory, cache=None, last_only=False) -> (logits, self_weights, cross_weights)``:
+      the target against an encoded source, with each decoder layer's self-attention (B, h, T, T)
+      and cross-attention (B, h, T, S) weights; ``cache`` (``new_cache``) for incremental decoding
+      (``tinylm.tasks.translation.decoding`` holds the loops)
+    - ``translation_maps(src, tgt)``: per layer, the "encoder", "decoder" and "cross" attention weights
+    """
+
+    kind = "encoder-decoder"
+    translates = True
+
+    def loss(self, batch) -> torch.Tensor:
+        src, tgt, targets = batch  # (B, S), (B, T), (B, T)
+        return self(src, tgt, targets)[1]
+
+    def encode(self, src: torch.Tensor):
+        """Source ids (B, S), padded with PAD_ID at the end -> the memory ``decode`` reads."""
+        raise NotImplementedError
+
+    def decode(self, tgt: torch.Tensor, memory, cache=None, last_only: bool = False):
+        """Target ids (B, T) -> logits (B, T, V), and per decoder layer the self- and cross-attention weights."""
+        raise NotImplementedError
+
+    def translation_maps(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention weights."""
+        raise NotImplementedError

@@ -1,6 +1,7 @@
 """A decoder-only (GPT-style) character Transformer, as a plain ``nn.Module``.
 
-Read it top to bottom: configuration, position encodings, attention, feed-forward, block, model.
+Read it top to bottom: configuration, attention, feed-forward, block, model (the position
+encodings are in ``tinylm.models.positions``, shared with the encoder-decoder).
 Shapes use B = batch, T = sequence length, C = n_embd, h = num_heads, hs = head size = C / h,
 V = vocabulary size.
 
@@ -23,9 +24,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tinylm.models.base import LanguageModel, ModelConfig
+from tinylm.models.base import Decoder, ModelConfig
 from tinylm.models.gpt_checks import gpt_config_problems
 from tinylm.models.ops import Dropout
+from tinylm.models.positions import RotaryPositions, position_embedding
 from tinylm.models.tracing import trace, tracing
 
 
@@ -39,6 +41,7 @@ class GPTConfig(ModelConfig):
     dropout: float = 0.1
     pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope" (no parameters)
     attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, returns weights)
+    free_keys = ("dropout", "attn_impl")  # the same weights train with either attention
 
     @property
     def head_size(self) -> int:
@@ -47,56 +50,6 @@ class GPTConfig(ModelConfig):
     @classmethod
     def problems(cls, cfg: dict) -> list[str]:
         return gpt_config_problems(cfg)
-
-
-# --------------------------------------------------------------------------------------------
-# Position encodings
-
-
-def sinusoidal_table(block_size: int, n_embd: int) -> torch.Tensor:
-    """Fixed sin/cos positions (Vaswani et al. 2017): even dims sin, odd dims cos. (T, C)."""
-    position = torch.arange(block_size, dtype=torch.float32).unsqueeze(1)  # (T, 1)
-    freq = torch.exp(torch.arange(0, n_embd, 2, dtype=torch.float32) * (-math.log(10000.0) / n_embd))
-    table = torch.zeros(block_size, n_embd)
-    table[:, 0::2] = torch.sin(position * freq)  # (T, C/2)
-    table[:, 1::2] = torch.cos(position * freq)
-    return table
-
-
-class SinusoidalPositions(nn.Module):
-    """Same interface as ``nn.Embedding(block_size, C)``, no parameters."""
-
-    def __init__(self, block_size: int, n_embd: int):
-        super().__init__()
-        self.register_buffer("table", sinusoidal_table(block_size, n_embd), persistent=False)
-
-    def forward(self, pos: torch.Tensor) -> torch.Tensor:
-        return self.table[pos]
-
-
-class RotaryPositions(nn.Module):
-    """Rotary position embedding (RoPE, Su et al. 2021) for queries or keys, no parameters.
-
-    Channel i of a head and channel i + hs/2 form a pair, rotated by the angle pos * theta_i with
-    theta_i = 10000^(-2i/hs). A query at position m and a key at position n, rotated by their own
-    angles, have the dot product of the unrotated pair turned by (m - n) * theta_i: attention
-    scores depend on how far apart two tokens are, not on where they stand. (Pairing i with i+1
-    is the same up to a reordering of channels; halves are cheaper to slice.)
-    """
-
-    def __init__(self, block_size: int, head_size: int):
-        super().__init__()
-        theta = torch.exp(torch.arange(0, head_size, 2, dtype=torch.float32) * (-math.log(10000.0) / head_size))
-        angles = torch.arange(block_size, dtype=torch.float32).unsqueeze(1) * theta  # (block, hs/2)
-        self.register_buffer("cos", angles.cos(), persistent=False)  # (block, hs/2)
-        self.register_buffer("sin", angles.sin(), persistent=False)  # (block, hs/2)
-
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Rotate x (B, h, T, hs) whose first position is ``start``."""
-        T = x.size(-2)
-        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)  # (T, hs/2)
-        first, second = x.chunk(2, dim=-1)  # (B, h, T, hs/2) each: the two members of every pair
-        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (B, h, T, hs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,16 +62,19 @@ class KVCache:
     Each step appends its positions, so it holds at most the first block_size positions of a text.
     Once a text outgrows the block, every kept token moves to a new position and the window is
     encoded afresh (``tinylm.tasks.text.sampling``), with rope too: from the second layer on, cached keys
-    and values depend on tokens that left the window. ``past``: keys and values (L, B, h, P, hs)
-    of P earlier positions to start from (``GPT.step``); None: P = 0.
+    and values depend on tokens that left the window. It starts from the keys and values
+    (L, B, h, P, hs) of P earlier positions (``GPT.step``), or from none (``empty``).
     """
 
-    def __init__(self, config: GPTConfig, batch_size: int, device=None, dtype=torch.float32, past=None):
-        if past is None:
-            shape = (config.num_layers, batch_size, config.num_heads, 0, config.head_size)  # (L, B, h, 0, hs)
-            past = (torch.zeros(shape, device=device, dtype=dtype),) * 2
-        self.keys, self.values = list(past[0].unbind(0)), list(past[1].unbind(0))  # L x (B, h, P, hs) each
-        self.length = past[0].size(3)  # number of positions stored
+    def __init__(self, past_keys: torch.Tensor, past_values: torch.Tensor):
+        self.keys, self.values = list(past_keys.unbind(0)), list(past_values.unbind(0))  # L x (B, h, P, hs) each
+        self.length = past_keys.size(3)  # number of positions stored
+
+    @classmethod
+    def empty(cls, layers: int, batch_size: int, num_heads: int, head_size: int, device=None, dtype=torch.float32):
+        """A cache of no positions yet for ``layers`` attention layers."""
+        none = torch.zeros(layers, batch_size, num_heads, 0, head_size, device=device, dtype=dtype)  # (L, B, h, 0, hs)
+        return cls(none, none)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Add k, v (B, h, T, hs) of the next T positions to ``layer``; return all its keys and values."""
@@ -127,25 +83,21 @@ class KVCache:
         return self.keys[layer], self.values[layer]
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head masked self-attention. q, k, v come from one fused projection (no bias)."""
+class Attention(nn.Module):
+    """Multi-head attention's parts, shared by every attention here (the encoder-decoder's too):
+    q, k, v from one fused projection (no bias), rope on request, the weights written out
+    (``explicit``), the heads' outputs projected back (``output``)."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool):
         super().__init__()
-        self.num_heads = config.num_heads
-        self.head_size = config.head_size
-        self.dropout = config.dropout
-        self.impl = config.attn_impl
-        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
-        self.proj = nn.Linear(config.n_embd, config.n_embd)
-        self.attn_dropout = Dropout(config.dropout)
-        self.resid_dropout = Dropout(config.dropout)
-        self.rotary = RotaryPositions(config.block_size, config.head_size) if config.pos_encoding == "rope" else None
-        mask = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
-        self.register_buffer("causal_mask", mask, persistent=False)  # (block, block), True = visible
-        # the same mask as a bias added to the scores: 0 where visible, -inf where not
-        bias = torch.zeros(config.block_size, config.block_size).masked_fill(~mask, float("-inf"))
-        self.register_buffer("causal_bias", bias, persistent=False)  # (block, block)
+        self.num_heads = num_heads
+        self.head_size = n_embd // num_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=False)
+        self.proj = nn.Linear(n_embd, n_embd)
+        self.attn_dropout = Dropout(dropout)
+        self.resid_dropout = Dropout(dropout)
+        self.rotary = RotaryPositions(block_size, self.head_size) if rope else None
 
     def query_key_value(self, x: torch.Tensor, start: int = 0):
         """x (B, T, C) at positions start .. start+T-1 -> q, k, v (B, h, T, hs), rope applied."""
@@ -156,6 +108,45 @@ class CausalSelfAttention(nn.Module):
             q, k = self.rotary(q, start), self.rotary(k, start)
         trace("q", q), trace("k", k), trace("v", v)
         return q, k, v
+
+    def explicit(self, q, k, v, bias):
+        """Attention written out, one fused op over the B*h heads: softmax(q kᵀ/√hs + bias) @ v (B, h, T, hs)
+        and the weights (B, h, T, T'), for q (B, h, T, hs), k and v (B, h, T', hs) and a bias (0: visible,
+        -inf: hidden) broadcastable to (B*h, T, T'). The encoder-decoder's attentions use it too."""
+        B, h, T, _ = q.shape
+        qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
+        scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
+        scores = scores.view(B, h, T, -1)  # (B, h, T, T')
+        trace("scores", scores)
+        weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
+        trace("attention weights", weights)
+        return self.attn_dropout(weights) @ v, weights  # (B, h, T, hs)
+
+    def output(self, y):
+        """The heads' outputs (B, h, T, hs) side by side again, projected: (B, T, C)."""
+        B, _, T, _ = y.shape
+        trace("attention output per head", y)
+        y = y.transpose(1, 2).contiguous().view(B, T, -1)  # (B, T, C): heads concatenated
+        trace("heads concatenated", y)
+        y = self.resid_dropout(self.proj(y))  # (B, T, C)
+        trace("attention projection", y)
+        return y
+
+
+class CausalSelfAttention(Attention):
+    """Multi-head masked self-attention: each position sees itself and the positions before it.
+
+    ``impl``: "sdpa" (PyTorch's fused kernel, fast) or "explicit" (the weights written out).
+    """
+
+    def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool, impl: str):
+        super().__init__(n_embd, num_heads, dropout, block_size, rope)
+        self.impl = impl
+        mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
+        self.register_buffer("causal_mask", mask, persistent=False)  # (block, block), True = visible
+        # the same mask as a bias added to the scores: 0 where visible, -inf where not
+        bias = torch.zeros(block_size, block_size).masked_fill(~mask, float("-inf"))
+        self.register_buffer("causal_bias", bias, persistent=False)  # (block, block)
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
         T = x.size(1)
@@ -183,29 +174,6 @@ class CausalSelfAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
         return self.output(y), weights
 
-    def explicit(self, q, k, v, bias):
-        """Attention written out, one fused op over the B*h heads: softmax(q kᵀ/√hs + bias) @ v (B, h, T, hs)
-        and the weights (B, h, T, T'), for q (B, h, T, hs), k and v (B, h, T', hs) and a bias (0: visible,
-        -inf: hidden) broadcastable to (B*h, T, T'). The encoder-decoder's attentions use it too."""
-        B, h, T, _ = q.shape
-        qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
-        scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
-        scores = scores.view(B, h, T, -1)  # (B, h, T, T')
-        trace("scores", scores)
-        weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
-        trace("attention weights", weights)
-        return self.attn_dropout(weights) @ v, weights  # (B, h, T, hs)
-
-    def output(self, y):
-        """The heads' outputs (B, h, T, hs) side by side again, projected: (B, T, C)."""
-        B, _, T, _ = y.shape
-        trace("attention output per head", y)
-        y = y.transpose(1, 2).contiguous().view(B, T, -1)  # (B, T, C): heads concatenated
-        trace("heads concatenated", y)
-        y = self.resid_dropout(self.proj(y))  # (B, T, C)
-        trace("attention projection", y)
-        return y
-
 
 # --------------------------------------------------------------------------------------------
 # Feed-forward and block
@@ -214,11 +182,11 @@ class CausalSelfAttention(nn.Module):
 class FeedForward(nn.Module):
     """Linear(C, 4C) -> ReLU -> Linear(4C, C) -> Dropout, applied to each position alone."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, n_embd: int, dropout: float):
         super().__init__()
-        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
-        self.proj = nn.Linear(4 * config.n_embd, config.n_embd)
-        self.dropout = Dropout(config.dropout)
+        self.fc = nn.Linear(n_embd, 4 * n_embd)
+        self.proj = nn.Linear(4 * n_embd, n_embd)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x):
         h = F.relu(self.fc(x))  # (B, T, 4C)
@@ -231,10 +199,12 @@ class Block(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalSelfAttention(config)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.ffwd = FeedForward(config)
+        c = config
+        self.ln1 = nn.LayerNorm(c.n_embd)
+        self.attn = CausalSelfAttention(c.n_embd, c.num_heads, c.dropout, c.block_size,
+                                        rope=c.pos_encoding == "rope", impl=c.attn_impl)
+        self.ln2 = nn.LayerNorm(c.n_embd)
+        self.ffwd = FeedForward(c.n_embd, c.dropout)
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
         a, weights = self.attn(self.ln1(x), cache, layer, need_weights)
@@ -248,19 +218,15 @@ class Block(nn.Module):
 # The model
 
 
-class GPT(LanguageModel):
+class GPT(Decoder):
     has_attention = True
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
-        if config.pos_encoding == "learned":
-            self.position_embedding = nn.Embedding(config.block_size, config.n_embd)
-        elif config.pos_encoding == "sinusoidal":
-            self.position_embedding = SinusoidalPositions(config.block_size, config.n_embd)
-        else:  # rope: positions enter inside attention
-            self.position_embedding = None
+        # a table added to the token embeddings; None with rope (positions enter inside attention)
+        self.position_embedding = position_embedding(config.pos_encoding, config.block_size, config.n_embd)
         self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.n_embd)
@@ -275,15 +241,10 @@ class GPT(LanguageModel):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx, targets=None, cache: KVCache | None = None, return_attention=False, last_only=False):
-        """idx (B, T) -> (logits (B, T, V), loss or None), plus attention weights on request.
-
-        ``cache``: decode incrementally; ``idx`` holds only the new positions.
-        ``last_only``: logits of the last position only, (B, 1, V), and no loss: generation needs
-        no others, so lm_head (T x C x V) runs once instead of T times.
-        ``return_attention``: also return a list (one per layer) of weights (B, h, T, T).
-        """
-        B, T = idx.shape
+    def blocks_output(self, idx, cache: KVCache | None = None, need_weights: bool = False):
+        """idx (B, T) -> the last block's output (B, T, C), and per layer the attention weights
+        (B, h, T, T') if ``need_weights`` (else None): embeddings, then every block."""
+        T = idx.size(1)
         start = cache.length if cache is not None else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}")
@@ -299,17 +260,32 @@ class GPT(LanguageModel):
 
         attention = []
         for layer, block in enumerate(self.blocks):
-            x, weights = block(x, cache, layer, need_weights=return_attention)
+            x, weights = block(x, cache, layer, need_weights)
             attention.append(weights)
         if cache is not None:
             cache.length += T
+        return x, attention
 
-        if last_only:
-            x = x[:, -1:]  # (B, 1, C)
+    def head(self, x):
+        """The last block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
         x = self.ln_f(x)  # (B, T, C)
         trace("final LayerNorm", x)
         logits = self.lm_head(x)  # (B, T, V)
         trace("logits", logits)
+        return logits
+
+    def forward(self, idx, targets=None, cache: KVCache | None = None, last_only=False):
+        """idx (B, T) -> (logits (B, T, V), loss or None).
+
+        ``cache``: decode incrementally; ``idx`` holds only the new positions.
+        ``last_only``: logits of the last position only, (B, 1, V), and no loss: generation needs
+        no others, so lm_head (T x C x V) runs once instead of T times.
+        """
+        B, T = idx.shape
+        x, _ = self.blocks_output(idx, cache)  # (B, T, C)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, C)
+        logits = self.head(x)  # (B, T, V)
 
         loss = None
         if targets is not None and not last_only:
@@ -318,7 +294,7 @@ class GPT(LanguageModel):
             trace("loss input: logits", flat_logits)
             trace("loss input: targets", flat_targets)
             loss = F.cross_entropy(flat_logits, flat_targets)
-        return (logits, loss, attention) if return_attention else (logits, loss)
+        return logits, loss
 
     def parameter_table(self) -> list[tuple[str, int]]:
         """(part, parameter count) rows: embeddings, each block, final LayerNorm, lm_head."""
@@ -328,12 +304,14 @@ class GPT(LanguageModel):
         return [(name, sum(p.numel() for p in m.parameters()) if m is not None else 0) for name, m in parts]
 
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
-        return KVCache(self.config, batch_size, device=device, dtype=dtype)
+        c = self.config
+        return KVCache.empty(c.num_layers, batch_size, c.num_heads, c.head_size, device, dtype)
 
     def step(self, idx, past_keys, past_values):
-        # return_attention: the explicit attention, the same ops for any P and T (SDPA branches on them)
-        cache = KVCache(self.config, idx.size(0), past=(past_keys, past_values))
-        logits = self(idx, cache=cache, return_attention=True)[0]  # (B, T, V)
+        # need_weights: the explicit attention, the same ops for any P and T (SDPA branches on them)
+        cache = KVCache(past_keys, past_values)
+        x, _ = self.blocks_output(idx, cache, need_weights=True)  # (B, T, C)
+        logits = self.head(x)  # (B, T, V)
         return logits, torch.stack(cache.keys), torch.stack(cache.values)  # (L, B, h, P+T, hs) each
 
     def past_shape(self, batch_size: int, length: int) -> tuple[int, ...]:
@@ -342,7 +320,7 @@ class GPT(LanguageModel):
 
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Per layer (B, h, T, T): every layer computes softmax(q kᵀ/√hs) itself, even with SDPA."""
-        return self(idx, return_attention=True)[2]
+        return self.blocks_output(idx, need_weights=True)[1]
 
     def dimensions(self) -> dict[str, int]:
         c = self.config

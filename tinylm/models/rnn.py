@@ -5,8 +5,8 @@ Shapes: B = batch, T = sequence length, E = n_embd, H = hidden_size, V = vocabul
     ids (B, T) -> token embedding (B, T, E) -> num_layers x LSTM/GRU -> (B, T, H)
       -> lm_head -> logits (B, T, V)
 
-It implements ``LanguageModel``, so the same LightningModule, data, callbacks and sampling loop
-drive it. Training reads windows of ``block_size`` tokens, each starting from a zero hidden state.
+It is a decoder (``tinylm.models.base.Decoder``), so the same LightningModule, data, callbacks
+and sampling loop drive it. Training reads windows of ``block_size`` tokens, each starting from a zero hidden state.
 Generation is not limited to a window (``context_window`` is None): the hidden state carries the
 whole past, and ``RNNState`` plays the part of the KV cache. It has no attention to show.
 """
@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tinylm.models.base import LanguageModel, ModelConfig, size_problems
+from tinylm.models.base import Decoder, ModelConfig, size_problems
 from tinylm.models.ops import Dropout
 from tinylm.models.tracing import trace
 
@@ -58,7 +58,7 @@ class RNNState:
         self.hidden, self.length = None, 0
 
 
-class RNNLanguageModel(LanguageModel):
+class RNNLanguageModel(Decoder):
     def __init__(self, config: RNNConfig):
         super().__init__()
         self.config = config
@@ -75,7 +75,7 @@ class RNNLanguageModel(LanguageModel):
         nn.init.zeros_(self.lm_head.bias)
 
     def forward(self, idx, targets=None, cache: RNNState | None = None, last_only=False):
-        """idx (B, T) -> (logits (B, T, V), loss or None); see ``GPT.forward``.
+        """idx (B, T) -> (logits (B, T, V), loss or None); see ``Decoder``.
 
         ``cache``: start from its hidden state and leave the new one in it; ``idx`` holds only the
         positions not read yet.

@@ -26,9 +26,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tinylm.models.base import LanguageModel, ModelConfig
-from tinylm.models.gpt import GPT, CausalSelfAttention, FeedForward, KVCache, SinusoidalPositions
+from tinylm.models.base import EncoderDecoder, ModelConfig
+from tinylm.models.gpt import GPT, Attention, CausalSelfAttention, FeedForward, KVCache
 from tinylm.models.ops import Dropout
+from tinylm.models.positions import position_embedding
 from tinylm.models.seq2seq_checks import seq2seq_config_problems
 from tinylm.models.tracing import trace
 
@@ -45,16 +46,10 @@ class Seq2SeqConfig(ModelConfig):
     decoder_layers: int = 2
     dropout: float = 0.1
     pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope", shared by both sides
-    attn_impl = "explicit"  # not a setting: every attention here returns its weights, for the heatmaps
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.num_heads
-
-    @property
-    def num_layers(self) -> int:
-        """The layers a decoding cache holds: the decoder's (``KVCache``)."""
-        return self.decoder_layers
 
     @classmethod
     def problems(cls, cfg: dict) -> list[str]:
@@ -62,7 +57,7 @@ class Seq2SeqConfig(ModelConfig):
 
 
 # --------------------------------------------------------------------------------------------
-# Attention: the GPT's, without its causal mask (encoder) or with keys from the source (cross)
+# Attention: the GPT's parts, without a causal mask (encoder) or with keys from the source (cross)
 
 
 def padding_bias(src: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -71,7 +66,7 @@ def padding_bias(src: torch.Tensor, num_heads: int) -> torch.Tensor:
     return bias.repeat_interleave(num_heads, dim=0).unsqueeze(1)  # (B*h, 1, S)
 
 
-class SelfAttention(CausalSelfAttention):
+class SelfAttention(Attention):
     """The GPT's attention with no causal mask: each source position sees the whole source but its padding."""
 
     def forward(self, x, pad_bias):
@@ -80,17 +75,13 @@ class SelfAttention(CausalSelfAttention):
         return self.output(y), weights
 
 
-class CrossAttention(CausalSelfAttention):
+class CrossAttention(Attention):
     """Target queries over the source: q from the decoder, k and v from the encoder's output.
 
     The same fused projection as the GPT's, its first C rows for queries and the other 2C for keys
     and values. No causal mask (the whole source is known) and no rope (target and source
     positions are not comparable); only the source's padding is hidden.
     """
-
-    def __init__(self, config: Seq2SeqConfig):
-        super().__init__(config)
-        self.rotary = None
 
     def memory_keys_values(self, memory):
         """memory (B, S, C) -> k, v (B, h, S, hs): computed once per source, used at every decoding step."""
@@ -115,10 +106,11 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.attn = SelfAttention(config)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.ffwd = FeedForward(config)
+        c = config
+        self.ln1 = nn.LayerNorm(c.n_embd)
+        self.attn = SelfAttention(c.n_embd, c.num_heads, c.dropout, c.block_size, rope=c.pos_encoding == "rope")
+        self.ln2 = nn.LayerNorm(c.n_embd)
+        self.ffwd = FeedForward(c.n_embd, c.dropout)
 
     def forward(self, x, pad_bias):
         a, weights = self.attn(self.ln1(x), pad_bias)
@@ -142,12 +134,15 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.self_attn = CausalSelfAttention(config)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.cross_attn = CrossAttention(config)
-        self.ln3 = nn.LayerNorm(config.n_embd)
-        self.ffwd = FeedForward(config)
+        c = config
+        self.ln1 = nn.LayerNorm(c.n_embd)
+        # explicit: every attention here returns its weights, for the heatmaps
+        self.self_attn = CausalSelfAttention(c.n_embd, c.num_heads, c.dropout, c.block_size,
+                                             rope=c.pos_encoding == "rope", impl="explicit")
+        self.ln2 = nn.LayerNorm(c.n_embd)
+        self.cross_attn = CrossAttention(c.n_embd, c.num_heads, c.dropout, c.block_size, rope=False)
+        self.ln3 = nn.LayerNorm(c.n_embd)
+        self.ffwd = FeedForward(c.n_embd, c.dropout)
 
     def forward(self, x, memory: Memory, cache: KVCache | None, layer: int):
         a, self_weights = self.self_attn(self.ln1(x), cache, layer, need_weights=True)
@@ -163,20 +158,15 @@ class DecoderBlock(nn.Module):
 # The model
 
 
-class Seq2Seq(LanguageModel):
+class Seq2Seq(EncoderDecoder):
     has_attention = True
-    translates = True
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)  # both sides
-        if config.pos_encoding == "learned":
-            self.position_embedding = nn.Embedding(config.block_size, config.n_embd)
-        elif config.pos_encoding == "sinusoidal":
-            self.position_embedding = SinusoidalPositions(config.block_size, config.n_embd)
-        else:  # rope: positions enter inside self-attention
-            self.position_embedding = None
+        # a table added to the token embeddings; None with rope (positions enter inside self-attention)
+        self.position_embedding = position_embedding(config.pos_encoding, config.block_size, config.n_embd)
         self.drop = Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderBlock(config) for _ in range(config.encoder_layers))
         self.ln_memory = nn.LayerNorm(config.n_embd)
@@ -238,12 +228,9 @@ class Seq2Seq(LanguageModel):
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)  # (B*T, V), (B*T,)
         return logits, loss
 
-    def loss(self, batch) -> torch.Tensor:
-        src, tgt, targets = batch  # (B, S), (B, T), (B, T)
-        return self(src, tgt, targets)[1]
-
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
-        return KVCache(self.config, batch_size, device=device, dtype=dtype)
+        c = self.config  # the decoder's self-attention keys and values
+        return KVCache.empty(c.decoder_layers, batch_size, c.num_heads, c.head_size, device, dtype)
 
     def translation_maps(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention weights."""

@@ -1,13 +1,15 @@
 """What can be wrong with an encoder-decoder's config, each one line that names the key and a fix.
 
-The size, heads and position checks are the GPT's (``gpt_config_problems``), on the GPT config
-that has the same attention: the encoder-decoder's layer counts stand in for ``num_layers``.
+Its sizes are checked like every model's (``size_problems``), its heads and positions like the
+GPT's (``attention_problems``: the same attention).
 """
 
 from __future__ import annotations
 
 from tinylm.models.base import size_problems
-from tinylm.models.gpt_checks import gpt_config_problems
+from tinylm.models.gpt_checks import attention_problems
+
+SIZES = ("vocab_size", "block_size", "n_embd", "num_heads", "encoder_layers", "decoder_layers")
 
 
 def seq2seq_config_problems(cfg: dict) -> list[str]:
@@ -15,6 +17,4 @@ def seq2seq_config_problems(cfg: dict) -> list[str]:
     problems = []
     if cfg.get("arch", "seq2seq") != "seq2seq":
         problems.append(f"model.arch={cfg.get('arch')!r} is not an encoder-decoder: use model=seq2seq")
-    problems += size_problems({**cfg, "dropout": 0.0}, ("encoder_layers", "decoder_layers"))  # dropout: below
-    as_gpt = {**cfg, "arch": "gpt", "num_layers": 1, "attn_impl": "explicit"}
-    return problems + gpt_config_problems(as_gpt)
+    return problems + size_problems(cfg, SIZES) + attention_problems(cfg)

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from tinylm.models import LanguageModel
+from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots.layout import COLORBAR_LABEL, KEY_TITLE, LABEL_PT, QUERY_TITLE, Layout, choose_layout
-from tinylm.tasks.text.sampling import eval_no_grad
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -28,16 +28,13 @@ from hydra.errors import HydraException
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
+from tinylm.models import ARCHITECTURES
 from tinylm.runs.folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
 LOCATORS = ("paths",)  # say where to look for `last`; never applied to the resumed run
 RESUMES_FILE = "resumes.yaml"
-
-# the model settings a checkpoint's weights depend on; a key an architecture lacks reads as None
-SHAPE_KEYS = ("arch", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding", "hidden_size",
-              "encoder_layers", "decoder_layers")
 
 
 def _key(override: Override) -> str:
@@ -170,6 +167,14 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     return [argv[0], *flags, *hydra_lines, *merge_overrides(saved + changes), *new_ckpt]
 
 
+def shape_keys(*model_configs: dict) -> list[str]:
+    """The settings the weights of these configs' architectures depend on (``ModelConfig.shape_keys``);
+    a key an architecture lacks reads as None."""
+    archs = [config.get("arch", "gpt") for config in model_configs]  # release 0.1 wrote no arch for a GPT
+    keys = [key for arch in archs if arch in ARCHITECTURES for key in ARCHITECTURES[arch][0].shape_keys()]
+    return list(dict.fromkeys(["arch", *keys]))
+
+
 def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, data: dict | None = None) -> int:
     """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training.
 
@@ -180,7 +185,7 @@ def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, da
     checkpoint = read_checkpoint(find_checkpoint(ckpt_path=path))
     saved = {"arch": "gpt", **checkpoint["model_config"]}  # release 0.1 wrote no arch for a GPT
     different = [f"{k}={saved.get(k)!r} (config: {model_config.get(k)!r})"
-                 for k in SHAPE_KEYS if saved.get(k) != model_config.get(k)]
+                 for k in shape_keys(model_config, saved) if saved.get(k) != model_config.get(k)]
     if different:
         raise TinyLMError(
             f"checkpoint {path} was trained with a different model: {', '.join(different)}; "

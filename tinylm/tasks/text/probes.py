@@ -9,8 +9,8 @@ from torch.nn import functional as F
 
 from tinylm.callbacks.inspector import PeriodicInspector, log
 from tinylm.errors import TinyLMError
+from tinylm.models.base import eval_no_grad
 from tinylm.plots import figures as plotting
-from tinylm.tasks.text.sampling import eval_no_grad
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 

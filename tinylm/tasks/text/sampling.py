@@ -16,13 +16,13 @@ the same code:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 
 import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel
+from tinylm.models.base import eval_no_grad
 from tinylm.tasks.text.prompting import encode_prompt, text_pieces, validate_sampling  # noqa: F401 (encode_prompt: re-exported)
 from tinylm.tokenizer import Tokenizer
 
@@ -99,25 +99,6 @@ def sample_next(
 
 # --------------------------------------------------------------------------------------------
 # The sampling loop
-
-
-@contextmanager
-def eval_no_grad(model: LanguageModel):
-    """Eval mode and no autograd for one step, then the model's own mode back.
-
-    Scoped to a step rather than the whole stream, so nothing leaks into the caller's code
-    while a stream is paused between tokens (or abandoned half way). Switching modes walks every
-    submodule, so a model already in eval mode is left alone.
-    """
-    was_training = model.training
-    if was_training:
-        model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if was_training:
-            model.train()
 
 
 def _next_logits(model: LanguageModel, seq: torch.Tensor, cache) -> torch.Tensor:

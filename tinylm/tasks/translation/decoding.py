@@ -28,9 +28,10 @@ from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel
+from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
 from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
-from tinylm.tasks.text.sampling import eval_no_grad, generate, sample_next, suppress
+from tinylm.tasks.text.sampling import generate, sample_next, suppress
 from tinylm.tokenizer import Tokenizer
 
 IGNORE = -100  # cross-entropy's default ignore_index: target positions a decoder-only model is not scored on
