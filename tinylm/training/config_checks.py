@@ -22,7 +22,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.models import ARCHITECTURES, model_config_problems
+from tinylm.models import model_class, model_config_problems
 from tinylm.tasks.translation.data import DEMOS, PairDataModule
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
@@ -213,9 +213,10 @@ def config_problems(cfg: DictConfig) -> list[str]:
 def pairs_problems(cfg: DictConfig) -> list[str]:
     """A translation model needs translation pairs, and a language model on pairs reads each as one sequence."""
     arch = cfg.model.get("arch", "gpt")
-    if arch not in ARCHITECTURES:
+    try:
+        translates = model_class(OmegaConf.to_container(cfg.model)).translates
+    except ValueError:
         return []  # said by model_config_problems
-    translates = ARCHITECTURES[arch][1].translates
     pairs = cfg.data.get("_target_") == f"{PairDataModule.__module__}.{PairDataModule.__name__}"
     if translates and not pairs:
         return [f"model.arch={arch} translates source<TAB>target pairs: add data=pairs (data.path=FILE, or none "
