@@ -142,7 +142,7 @@ def checkpoint_naming(tmp_path, target: str):
 
 
 @pytest.mark.parametrize("target", ["builtins.eval", "os.system", "subprocess.Popen", f"{Trap.__module__}.Trap",
-                                    "tinylm.models.base.ModelConfig", "torch.nn.Linear"])
+                                    "tinylm.models.base.ModelConfig", "tinylm.training.fit.train", "torch.nn.Linear"])
 def test_a_checkpoint_never_makes_tinylm_call_anything_but_a_language_model(tmp_path, target):
     with pytest.raises(TinyLMError, match=f"^checkpoint .* is not a valid tinylm checkpoint: model._target_='{target}' "
                                           "is not a model: name a subclass of tinylm.models.LanguageModel"):

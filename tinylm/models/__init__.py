@@ -5,7 +5,9 @@ subclass whose ``__init__`` takes ``config: <its ModelConfig dataclass>``; the o
 config's fields. ``build_model`` checks the class, builds the config dataclass (which refuses a bad
 value) and the model. A checkpoint's ``model_config`` (plain data, see ``model_config``) names
 its class by ``arch`` alone for the architectures below (``gpt`` when absent, as in release 0.1),
-so that older readers rebuild it too, and by ``_target_`` for any other class.
+so that older readers rebuild it too, and by ``_target_`` for any other class: one in a tinylm
+module loads as it is, one elsewhere once the program has imported its module (a checkpoint never
+makes tinylm import a module of its choosing, nor call anything but a ``LanguageModel`` subclass).
 """
 
 from __future__ import annotations
@@ -42,10 +44,15 @@ def class_name(cls: type) -> str:
 
 
 def _imported(target: str):
-    """What ``target`` (module.Name) names in a module that is already imported; None if none is.
+    """What ``target`` (module.Name) names in a module that is already imported, or in tinylm's own; None if none is.
 
-    A checkpoint is data: the class it names is looked up, never imported (an import runs code).
+    A checkpoint is data: a module it names outside tinylm is never imported (an import runs code).
     """
+    if target.startswith("tinylm."):
+        try:
+            return _locate(target)
+        except Exception:  # Hydra's _locate raises whatever the import raised
+            return None
     parts = target.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
@@ -60,8 +67,8 @@ def _imported(target: str):
 def model_class(config: dict, imports: bool = True) -> type[LanguageModel]:
     """The class a model config names: its ``_target_``, else its ``arch``; a ValueError (one line) if none fits.
 
-    ``imports=False`` (a checkpoint's config): a ``_target_`` outside ``ARCHITECTURES`` must be in a
-    module the program has already imported.
+    ``imports=False`` (a checkpoint's config): a ``_target_`` outside tinylm must be in a module the
+    program has already imported.
     """
     target = config.get("_target_")
     if target is None:
