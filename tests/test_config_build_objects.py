@@ -221,6 +221,9 @@ def test_callbacks_are_switched_off_in_the_config_not_filtered_after_they_are_bu
     # logger=none nulls the learning-rate monitor: nothing to log it to
     assert compose("logger=none", output_dir=tmp_path).callbacks.learning_rate_monitor is None
     assert LearningRateMonitor not in [type(c) for c in built_callbacks(tmp_path, "logger=none")]
+    assert config_problems(compose("~logger.tensorboard", output_dir=tmp_path)) == [
+        "callbacks.learning_rate_monitor has no logger to write to: use logger=none (which switches it off too), "
+        "or callbacks.learning_rate_monitor=null"]
     # the bar follows trainer.enable_progress_bar, on the command line as in debug=fast
     for overrides in (["trainer.enable_progress_bar=false"], ["debug=fast"]):
         assert not [c for c in built_callbacks(tmp_path, *overrides) if isinstance(c, ProgressBar)]

@@ -205,9 +205,20 @@ def config_problems(cfg: DictConfig) -> list[str]:
             "(BPE starts from the 256 byte values), e.g. 512"
         )
     problems += pairs_problems(cfg)
+    if problem := learning_rate_monitor_problem(cfg):
+        problems.append(problem)
     if problem := devices_problem(cfg.trainer):
         problems.append(problem)
     return problems + list(unknown.values())
+
+
+def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:
+    """Lightning's LearningRateMonitor refuses a run without a logger (logger=none switches it off itself)."""
+    loggers = [entry for entry in (cfg.get("logger") or {}).values() if entry and "_target_" in entry]
+    if (cfg.get("callbacks") or {}).get("learning_rate_monitor") and not loggers:
+        return ("callbacks.learning_rate_monitor has no logger to write to: use logger=none (which switches it "
+                "off too), or callbacks.learning_rate_monitor=null")
+    return None
 
 
 def pairs_problems(cfg: DictConfig) -> list[str]:
