@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from tinylm.models import build_model
 from tinylm.tasks.text.attention import AttentionMaps
 from tinylm.tasks.text.data import default_corpus_path
 from tinylm.tokenizer import CharTokenizer
@@ -48,7 +49,7 @@ def default_module() -> LitLanguageModel:
     """The default GPT on the default corpus' character vocabulary, random weights."""
     tokenizer = CharTokenizer.from_text(default_corpus_path().read_text(encoding="utf-8"))
     torch.manual_seed(0)
-    return LitLanguageModel(model={"vocab_size": tokenizer.vocab_size}, tokenizer=tokenizer.state())
+    return LitLanguageModel(net=build_model({"vocab_size": tokenizer.vocab_size}), tokenizer=tokenizer.state())
 
 
 def call_seconds(repeats: int, log_dir: str) -> tuple[list[float], list[float], int]:

@@ -35,14 +35,18 @@ from pathlib import Path
 import lightning as L
 import torch
 from bench_generate import measure as measure_generation
+from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig
 
 from tinylm.tasks.text.data import TextDataModule
+from tinylm.training.fit import build_datamodule, build_module
 from tinylm.training.module import LitLanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # nanoGPT's dataset, for --nanogpt
 
+# data.batch_size and model.* settings of conf/train.yaml
 CONFIGS = {
     "reference": dict(batch_size=32, block_size=32, n_embd=64, num_heads=4, num_layers=4, dropout=0.1),
     "larger": dict(batch_size=32, block_size=128, n_embd=256, num_heads=8, num_layers=6, dropout=0.1),
@@ -102,16 +106,21 @@ def matmul_flops_per_step(model_cfg: dict, batch_size: int) -> float:
     return 3 * per_token * batch_size * T
 
 
+def train_config(cfg: dict) -> DictConfig:
+    """conf/train.yaml with these settings: the data module and the module are built as train.py builds them."""
+    overrides = [f"{'data' if key == 'batch_size' else 'model'}.{key}={value}" for key, value in cfg.items()]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
 def make_datamodule(cfg: dict) -> TextDataModule:
-    datamodule = TextDataModule(block_size=cfg["block_size"], batch_size=cfg["batch_size"], seed=1337)
+    datamodule = build_datamodule(train_config(cfg))
     datamodule.prepare()
     return datamodule
 
 
 def make_module(cfg: dict, datamodule: TextDataModule) -> LitLanguageModel:
-    model = {k: cfg[k] for k in ("block_size", "n_embd", "num_heads", "num_layers", "dropout")}
-    model["vocab_size"] = datamodule.tokenizer.vocab_size
-    return LitLanguageModel(model=model, tokenizer=datamodule.tokenizer.state())
+    return build_module(train_config(cfg), datamodule)
 
 
 class StepTimer(L.Callback):

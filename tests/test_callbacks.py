@@ -1,6 +1,7 @@
 """The inspection callbacks: what they log to TensorBoard, that they survive failures, configs."""
 
 import logging
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tinylm.callbacks import EmbeddingProjector, training_text_opening
 from tinylm.errors import TinyLMError
+from tinylm.models import build_model
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.plots import figures as plotting
 from tinylm.tasks.text.attention import AttentionMaps
@@ -23,7 +25,7 @@ from tinylm.tasks.text.probes import NextTokenProbes
 from tinylm.tasks.text.samples import SampleText, samples_markdown
 from tinylm.tasks.text.sampling import generate
 from tinylm.tokenizer import CharTokenizer
-from tinylm.training.module import LitLanguageModel
+from tinylm.training.module import LitLanguageModel, adamw
 
 
 def events(log_dir: Path) -> EventAccumulator:
@@ -39,7 +41,7 @@ def fit(tmp_path: Path, text_file: Path, callbacks: list, steps: int, lr: float 
     data.prepare()
     model = {"vocab_size": data.tokenizer.vocab_size, "block_size": 16, "n_embd": 16,
              "num_heads": 2, "num_layers": 2, "dropout": 0.0}
-    module = LitLanguageModel(model=model, tokenizer=data.tokenizer.state(), lr=lr)
+    module = LitLanguageModel(net=build_model(model), tokenizer=data.tokenizer.state(), optimizer=partial(adamw, lr=lr))
     trainer = L.Trainer(
         accelerator="cpu", max_steps=steps, val_check_interval=steps,
         check_val_every_n_epoch=None, num_sanity_val_steps=0, log_every_n_steps=1,
@@ -221,7 +223,7 @@ def test_without_probe_or_training_text_the_maps_are_off_after_one_warning(tmp_p
     tokenizer = CharTokenizer.from_text(TINY_TEXT)
     model = {"vocab_size": tokenizer.vocab_size, "block_size": 16, "n_embd": 16, "num_heads": 2,
              "num_layers": 1}
-    module = LitLanguageModel(model=model, tokenizer=tokenizer.state())
+    module = LitLanguageModel(net=build_model(model), tokenizer=tokenizer.state())
     logger = TensorBoardLogger(tmp_path, name="tb", version="")
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, loggers=[logger], datamodule=None)
     maps = AttentionMaps(every_n_steps=1, text=text)

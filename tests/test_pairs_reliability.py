@@ -152,9 +152,9 @@ def translated(capsys, *overrides: str) -> list[str]:
 def test_a_blank_source_line_gives_a_blank_translation(tmp_path, capsys):
     data = PairDataModule(str(pairs_file(tmp_path)), block_size=8)
     data.prepare()
-    module = LitLanguageModel(model={"arch": "seq2seq", "vocab_size": data.tokenizer.vocab_size, "block_size": 8,
-                                     "n_embd": 16, "num_heads": 2, "encoder_layers": 1, "decoder_layers": 1},
-                              tokenizer=data.tokenizer.state(), translation_pairs=True)
+    net = build_model({"arch": "seq2seq", "vocab_size": data.tokenizer.vocab_size, "block_size": 8,
+                       "n_embd": 16, "num_heads": 2, "encoder_layers": 1, "decoder_layers": 1})
+    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), translation_pairs=True)
     ckpt = save(tmp_path / "seq2seq.ckpt", module, 0)
     sources = tmp_path / "sources.txt"
     sources.write_text("十二\n\n二十\n", encoding="utf-8")
@@ -173,9 +173,9 @@ def overfitted_decoder_only_gpt(tmp_path) -> tuple[LitLanguageModel, int]:
     data = PairDataModule(str(pairs_file(tmp_path)), block_size=10, decoder_only=True)
     data.prepare()
     torch.manual_seed(0)
-    module = LitLanguageModel(model={"arch": "gpt", "vocab_size": data.tokenizer.vocab_size, "block_size": 10,
-                                     "n_embd": 32, "num_heads": 2, "num_layers": 2, "dropout": 0.0},
-                              tokenizer=data.tokenizer.state(), translation_pairs=True)
+    net = build_model({"arch": "gpt", "vocab_size": data.tokenizer.vocab_size, "block_size": 10,
+                       "n_embd": 32, "num_heads": 2, "num_layers": 2, "dropout": 0.0})
+    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), translation_pairs=True)
     batch = collate_decoder_only(data.train_examples + data.val_examples)
     optimizer = torch.optim.AdamW(module.model.parameters(), lr=3e-3)
     for step in range(1, 801):  # noqa: B007 (the steps taken are returned)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.models import LanguageModel, build_model
+from tinylm.models import LanguageModel, NotImported, build_model
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
@@ -127,7 +127,8 @@ def trained_on_pairs(checkpoint: dict) -> bool:
 
 
 def load_model(path: str | Path) -> LoadedModel:
-    """Rebuild the model (GPT, LSTM or GRU) and its tokenizer from a checkpoint file alone.
+    """Rebuild the model (GPT, LSTM, GRU, encoder-decoder, or a model class of the program's own) and its
+    tokenizer from a checkpoint file alone.
 
     Anything inconsistent (a damaged or hand-made checkpoint) is one TinyLMError line saying the
     file is not a valid tinylm checkpoint and why.
@@ -138,13 +139,16 @@ def load_model(path: str | Path) -> LoadedModel:
             if not isinstance(checkpoint[key], dict):
                 raise TypeError(f"the {key} must be a dict, not {type(checkpoint[key]).__name__}")
         tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-        model = build_model(checkpoint["model_config"])
+        # by its arch, or the LanguageModel subclass its _target_ names in a module already imported: no other callable
+        model = build_model(checkpoint["model_config"], imports=False)
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} symbols but the model's "
                              f"vocab_size is {model.config.vocab_size}")
         # Lightning prefixes the model's weights with the LitLanguageModel attribute name, "model."
         weights = {str(k).removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
         model.load_state_dict(weights)
+    except NotImported as e:
+        raise TinyLMError(f"checkpoint {path}: {e}") from None
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
         reason = " ".join(str(e).split())[:200] or type(e).__name__  # one line, kept short
         raise TinyLMError(

@@ -102,7 +102,7 @@ def run(cfg: DictConfig) -> dict:
             with held_file_logs(hold=bool(ckpt_path)):
                 datamodule, module = build(cfg)
                 if ckpt_path:
-                    step = check_resume(ckpt_path, dict(module.hparams.model), module.tokenizer_state,
+                    step = check_resume(ckpt_path, module.hparams.model, module.tokenizer_state,
                                         datamodule.identity)
                     if step >= cfg.trainer.max_steps:
                         return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)

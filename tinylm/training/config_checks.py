@@ -22,7 +22,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.models import ARCHITECTURES, model_config_problems
+from tinylm.models import model_class, model_config_problems
 from tinylm.tasks.translation.data import DEMOS, PairDataModule
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
@@ -205,17 +205,29 @@ def config_problems(cfg: DictConfig) -> list[str]:
             "(BPE starts from the 256 byte values), e.g. 512"
         )
     problems += pairs_problems(cfg)
+    if problem := learning_rate_monitor_problem(cfg):
+        problems.append(problem)
     if problem := devices_problem(cfg.trainer):
         problems.append(problem)
     return problems + list(unknown.values())
 
 
+def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:
+    """Lightning's LearningRateMonitor refuses a run without a logger (logger=none switches it off itself)."""
+    loggers = [entry for entry in (cfg.get("logger") or {}).values() if entry and "_target_" in entry]
+    if (cfg.get("callbacks") or {}).get("learning_rate_monitor") and not loggers:
+        return ("callbacks.learning_rate_monitor has no logger to write to: use logger=none (which switches it "
+                "off too), or callbacks.learning_rate_monitor=null")
+    return None
+
+
 def pairs_problems(cfg: DictConfig) -> list[str]:
     """A translation model needs translation pairs, and a language model on pairs reads each as one sequence."""
     arch = cfg.model.get("arch", "gpt")
-    if arch not in ARCHITECTURES:
+    try:
+        translates = model_class(OmegaConf.to_container(cfg.model)).translates
+    except ValueError:
         return []  # said by model_config_problems
-    translates = ARCHITECTURES[arch][1].translates
     pairs = cfg.data.get("_target_") == f"{PairDataModule.__module__}.{PairDataModule.__name__}"
     if translates and not pairs:
         return [f"model.arch={arch} translates source<TAB>target pairs: add data=pairs (data.path=FILE, or none "

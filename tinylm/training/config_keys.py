@@ -1,7 +1,7 @@
 """Keys that nothing takes: a key added with ``+`` is checked against what will receive it.
 
 A ``_target_`` entry's keys are its constructor's arguments (followed through ``**kwargs`` where
-that is known, ``KWARGS_GO_TO``), the model's are the fields of its architecture's config, the
+that is known, ``KWARGS_GO_TO``), the model's are the fields of its class's config (``model._target_``), the
 Trainer's the arguments train.py passes on, and the top level's those of conf/train.yaml. Each
 unknown key is one line naming the keys that are taken, with a close match suggested, so that
 Hydra's own advice for a typo (``+model.n_emb=32``) is not a TypeError from a constructor.
@@ -19,7 +19,7 @@ import lightning as L
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.models import ARCHITECTURES
+from tinylm.models import config_class, model_class
 
 # The top level of conf/train.yaml: its settings, then its groups (hydra is Hydra's own).
 TOP_LEVEL = ["seed", "ckpt_path", "threads", "compile", "data", "model", "optim", "trainer", "callbacks", "logger",
@@ -92,7 +92,7 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
     """Each key (added with ``+``) that nothing takes -> its one line naming the keys that are taken.
 
     A ``_target_`` entry (the data module, callbacks, loggers, ...) takes its constructor's arguments,
-    the model the fields of its architecture's config, the Trainer the arguments train.py passes on,
+    the model the fields of its class's config, the Trainer the arguments train.py passes on,
     optim and early stopping the keys with a rule (``rules``: tinylm.training.config_checks.RULES), the top level
     the keys of conf/train.yaml. Checked before anything is built or read.
     """
@@ -105,7 +105,7 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
             known = [key[len(where) + 1:] for key in rules if key.startswith(where + ".")]
             problems |= _unknown(where, node, known, group)
     for where, node in _built(plain, ""):
-        if where in RULED or where == "trainer":
+        if where in RULED or where in ("trainer", "model"):  # the model's keys: its config class's fields, below
             continue
         try:
             target = _locate(node["_target_"])
@@ -122,10 +122,15 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
         built = [name for name, entry in entries.items() if isinstance(entry, dict) and "_target_" in entry]
         problems |= _unknown(group, [n for n, e in entries.items() if e is not None and n not in built],
                              built, f"{group} (conf/{group}/)", "has")
-    arch = cfg.model.get("arch", "gpt")
-    if arch in ARCHITECTURES:  # else said by model_config_problems
-        fields = [f.name for f in dataclasses.fields(ARCHITECTURES[arch][0]) if f.name != "vocab_size"]
-        problems |= _unknown("model", cfg.model, fields, f"model.arch={arch}")
+    try:
+        model = model_class(plain["model"])
+        fields = [f.name for f in dataclasses.fields(config_class(model)) if f.name != "vocab_size"]
+    except ValueError:  # said by model_config_problems
+        fields = None
+    if fields is not None:
+        arch = cfg.model.get("arch")
+        owner = f"model.arch={arch}" if arch else f"model._target_={cfg.model.get('_target_')}"
+        problems |= _unknown("model", cfg.model, fields, owner)
     problems |= {f"trainer.{key}": f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
                  for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS}
     return problems

@@ -24,11 +24,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
+from tinylm.models import build_model
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
@@ -52,15 +53,15 @@ def build_datamodule(cfg: DictConfig) -> TextDataModule:
 
 
 def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageModel:
+    """The LightningModule around the network ``model._target_`` names (with the data's vocabulary),
+    trained by the optimizer partial ``optim._target_`` names."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    model["vocab_size"] = datamodule.tokenizer.vocab_size
-    optim = OmegaConf.to_container(cfg.optim, resolve=True)
     module = LitLanguageModel(
-        model=model,
+        net=build_model({**model, "vocab_size": datamodule.tokenizer.vocab_size}),
         tokenizer=datamodule.tokenizer.state(),
+        optimizer=hydra.utils.instantiate(cfg.optim, _convert_="all"),  # plain lists: checkpoints hold plain data
         chars_per_token=datamodule.val_chars_per_token,
         translation_pairs=getattr(datamodule, "translation_pairs", False),
-        **optim,
     )
     module.data_identity = datamodule.identity  # recorded in its checkpoints
     if cfg.compile:
@@ -103,7 +104,8 @@ def train(cfg: DictConfig, ckpt_path: str | None = None) -> dict:
 
 
 def instantiate_all(group: DictConfig | None) -> list:
-    """Instantiate every ``_target_`` entry of a callbacks/logger group.
+    """Instantiate every ``_target_`` entry of a callbacks/logger group; an entry the config switches off
+    (null, or a factory below that builds nothing) adds nothing.
 
     A TinyLMError raised by a constructor (a bad option value) is re-raised as is, so it reaches
     the user as one ``error:`` line instead of being wrapped in Hydra's InstantiationException.
@@ -111,11 +113,28 @@ def instantiate_all(group: DictConfig | None) -> list:
     if not group:
         return []
     try:
-        return [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
+        built = [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
     except InstantiationException as e:
         if isinstance(e.__cause__, TinyLMError):
             raise e.__cause__ from None
         raise
+    return [thing for thing in built if thing is not None]
+
+
+def early_stopping(monitor: str, patience: int | None, min_delta: float,
+                   check_on_train_epoch_end: bool) -> EarlyStopping | None:
+    """conf/callbacks/default.yaml's early_stopping: none while ``patience`` is null (Lightning's EarlyStopping
+    has no "never"), so the entry stays in the config and ``callbacks.early_stopping.patience=3`` turns it on."""
+    if patience is None:
+        return None
+    return EarlyStopping(monitor=monitor, patience=patience, min_delta=min_delta,
+                         check_on_train_epoch_end=check_on_train_epoch_end)
+
+
+def progress_bar(enabled: bool, refresh_rate: int) -> TQDMProgressBar | None:
+    """conf/callbacks/default.yaml's progress_bar, ``enabled`` by ``trainer.enable_progress_bar``: Lightning
+    refuses a bar callback when that is false, so then there is none."""
+    return TQDMProgressBar(refresh_rate=refresh_rate) if enabled else None
 
 
 def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
@@ -155,12 +174,6 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
     callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
-    if not loggers:  # nothing to log the learning rate to
-        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar it may not show
-        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    # early stopping is off while its patience is null (conf/callbacks/default.yaml)
-    callbacks = [c for c in callbacks if not (isinstance(c, EarlyStopping) and c.patience is None)]
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )

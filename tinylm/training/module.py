@@ -1,26 +1,30 @@
 """The LightningModule: loss, optimizer, schedule and logging around the plain model.
 
-The model is whatever ``model.arch`` names in ``tinylm.models`` (the GPT, the LSTM/GRU baseline,
-the encoder-decoder): the module uses only the models' shared interface, a batch in, the loss out
-(``loss(batch)``). On translation pairs (``data=pairs``), the model, an encoder-decoder or a
+The model is the network the config builds (``model._target_``, ``tinylm.models.build_model``: the
+GPT, the LSTM/GRU baseline, the encoder-decoder, or any ``LanguageModel``): the module uses only
+the models' shared interface, a batch in, the loss out (``loss(batch)``). The optimizer is a partial
+(``optim._target_`` with ``_partial_: true``, e.g. ``adamw`` below), called with the parameter
+groups. On translation pairs (``data=pairs``), the model, an encoder-decoder or a
 decoder-only one, is also scored at each validation on the exact match and the character error
 rate of its greedy translations (``val/exact_match``, ``val/cer``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key), the data's identity (``data``: token count, hash of the ids) and the
 weights, so ``torch.load(path, weights_only=True)`` reads them and a checkpoint alone is enough to generate.
+Its ``hyper_parameters`` hold the model config and the optimizer's settings as plain data too.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import asdict
+from collections.abc import Callable
 
 import lightning as L
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.models import build_model
+from tinylm.models import LanguageModel, model_config
 from tinylm.tasks.translation.decoding import translation_scores
 
 LN2 = math.log(2)
@@ -36,30 +40,52 @@ def warmup_cosine(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: 
     return min_lr_ratio + 0.5 * (1 + math.cos(math.pi * progress)) * (1 - min_lr_ratio)
 
 
+def adamw(param_groups: list[dict], lr: float = 1e-3, weight_decay: float = 0.1,
+          betas: tuple[float, float] = (0.9, 0.99), warmup_steps: int = 0, decay_steps: int = 0,
+          min_lr_ratio: float = 0.1):
+    """conf/optim/adamw.yaml: fused AdamW over ``param_groups`` (``weight_decay`` where a group sets none),
+    in what ``configure_optimizers`` returns.
+
+    ``decay_steps`` > 0 adds warmup + cosine decay, stepped every training step (reaching the floor
+    ``min_lr_ratio`` at that step); 0 keeps the learning rate constant, as the reference run does.
+    """
+    optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas), fused=True)
+    if decay_steps <= 0:
+        return optimizer
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, warmup_steps, decay_steps, min_lr_ratio))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def optimizer_settings(optimizer: Callable) -> dict:
+    """The optimizer partial as plain data (its function and arguments), for the checkpoint's hyper_parameters."""
+    function, settings = optimizer, {}
+    if isinstance(optimizer, functools.partial):
+        function, settings = optimizer.func, dict(optimizer.keywords)
+    return {"_target_": f"{function.__module__}.{function.__qualname__}", **settings}
+
+
 class LitLanguageModel(L.LightningModule):
     def __init__(
         self,
-        model: dict,
+        net: LanguageModel,
         tokenizer: dict,
-        lr: float = 1e-3,
-        weight_decay: float = 0.1,
-        betas: tuple[float, float] = (0.9, 0.99),
-        warmup_steps: int = 0,
-        decay_steps: int = 0,
-        min_lr_ratio: float = 0.1,
+        optimizer: Callable = adamw,
         chars_per_token: float = 1.0,
         translation_pairs: bool = False,
     ):
-        """``model``: the model config's fields (``arch`` picks the architecture); ``tokenizer``: its plain-data state.
-
-        ``decay_steps`` > 0 turns on warmup + cosine decay (reaching the floor at that step);
-        0 keeps the learning rate constant, as the reference run does. ``translation_pairs``: the
-        data are translation pairs, scored at each validation.
+        """``net``: the network to train (``tinylm.models.build_model``); ``tokenizer``: its plain-data state;
+        ``optimizer``: called with the parameter groups, it returns what ``configure_optimizers`` returns
+        (an optimizer, or Lightning's dict with its schedule). ``translation_pairs``: the data are
+        translation pairs, scored at each validation.
         """
         super().__init__()
-        self.save_hyperparameters()
-        self.model = build_model(model)
-        self.config = self.model.config
+        self.save_hyperparameters(ignore=["net", "optimizer"])
+        # what the network and the optimizer are, as plain data: a checkpoint holds no objects
+        self.save_hyperparameters({"model": model_config(net), "optim": optimizer_settings(optimizer)})
+        self.model = net
+        self.optimizer = optimizer
+        self.config = net.config
         self.tokenizer_state = tokenizer
         self.chars_per_token = chars_per_token
         self.start_step = 0
@@ -111,34 +137,26 @@ class LitLanguageModel(L.LightningModule):
             self.best_val_loss, self.best_step = float(loss), self.global_step
 
     def configure_optimizers(self):
-        hp = self.hparams
         # weight decay on matrices (linear weights, embeddings) only; not on biases or LayerNorms
         decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
-        groups = [
-            {"params": decay, "weight_decay": hp.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas), fused=True)
-        if hp.decay_steps <= 0:
-            return optimizer
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: warmup_cosine(step, hp.warmup_steps, hp.decay_steps, hp.min_lr_ratio),
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        configured = self.optimizer([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+        optimizer = configured["optimizer"] if isinstance(configured, dict) else configured
+        # the configured learning rates, before a resume loads the saved ones (see _apply_configured_lr)
+        self._configured_lrs = [group.get("initial_lr", group["lr"]) for group in optimizer.param_groups]
+        return configured
 
     def _check_finite(self, loss: torch.Tensor, stage: str) -> None:
         """Divergence guard: stop at the first non-finite loss, before any checkpoint is saved."""
         if not torch.isfinite(loss):
             raise TinyLMError(
                 f"{stage} loss became {loss.item()} at step {self.global_step}: training diverged; "
-                f"lower optim.lr (now {self.hparams.lr:g}) or set trainer.gradient_clip_val=1.0 "
+                f"lower optim.lr (now {self._configured_lrs[0]:g}) or set trainer.gradient_clip_val=1.0 "
                 "(the last good checkpoint is kept)"
             )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["model_config"] = asdict(self.config)
+        checkpoint["model_config"] = model_config(self.model)
         checkpoint["tokenizer"] = self.tokenizer_state
         # dropout's random state, so a resumed run draws the same masks as an uninterrupted one
         checkpoint["torch_rng_state"] = torch.get_rng_state()
@@ -162,13 +180,16 @@ class LitLanguageModel(L.LightningModule):
 
     def _apply_configured_lr(self) -> None:
         """On resume, use the configured optim.lr, not the one saved in the optimizer state,
-        so `ckpt_path=... optim.lr=<lower>` really lowers it (same value: nothing changes)."""
-        hp = self.hparams
-        factor = 1.0
-        if hp.decay_steps > 0:
-            factor = warmup_cosine(self.global_step, hp.warmup_steps, hp.decay_steps, hp.min_lr_ratio)
+        so `ckpt_path=... optim.lr=<lower>` really lowers it (same value: nothing changes). Where a
+        schedule scaled the saved rate, the configured one is scaled alike until the schedule's next step."""
+        scheduled = bool(self.trainer.lr_scheduler_configs)
         for config in self.trainer.lr_scheduler_configs:
-            config.scheduler.base_lrs = [hp.lr] * len(config.scheduler.base_lrs)
+            config.scheduler.base_lrs = list(self._configured_lrs)
         for optimizer in self.trainer.optimizers:
-            for group in optimizer.param_groups:
-                group["initial_lr"], group["lr"] = hp.lr, hp.lr * factor
+            for group, lr in zip(optimizer.param_groups, self._configured_lrs, strict=True):
+                saved = group.get("initial_lr", group["lr"])
+                if not scheduled:
+                    group["lr"] = lr
+                elif saved != lr:
+                    group["lr"] = lr * group["lr"] / saved
+                group["initial_lr"] = lr
