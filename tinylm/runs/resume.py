@@ -28,7 +28,7 @@ from hydra.errors import HydraException
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.models import ARCHITECTURES
+from tinylm.models import config_class, model_class
 from tinylm.runs.folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
@@ -168,11 +168,15 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
 
 
 def shape_keys(*model_configs: dict) -> list[str]:
-    """The settings the weights of these configs' architectures depend on (``ModelConfig.shape_keys``);
-    a key an architecture lacks reads as None."""
-    archs = [config.get("arch", "gpt") for config in model_configs]  # release 0.1 wrote no arch for a GPT
-    keys = [key for arch in archs if arch in ARCHITECTURES for key in ARCHITECTURES[arch][0].shape_keys()]
-    return list(dict.fromkeys(["arch", *keys]))
+    """The settings the weights of these configs' model classes depend on (``ModelConfig.shape_keys``);
+    a key a class lacks reads as None. A config whose class cannot be named adds none."""
+    keys = ["arch"]
+    for config in model_configs:
+        try:
+            keys += config_class(model_class(config, imports=False)).shape_keys()
+        except ValueError:  # the check that follows names what does not fit
+            pass
+    return list(dict.fromkeys(keys))
 
 
 def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, data: dict | None = None) -> int:

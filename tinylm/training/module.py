@@ -180,16 +180,14 @@ class LitLanguageModel(L.LightningModule):
 
     def _apply_configured_lr(self) -> None:
         """On resume, use the configured optim.lr, not the one saved in the optimizer state,
-        so `ckpt_path=... optim.lr=<lower>` really lowers it (same value: nothing changes). Where a
-        schedule scaled the saved rate, the configured one is scaled alike until the schedule's next step."""
-        scheduled = bool(self.trainer.lr_scheduler_configs)
-        for config in self.trainer.lr_scheduler_configs:
-            config.scheduler.base_lrs = list(self._configured_lrs)
+        so `ckpt_path=... optim.lr=<lower>` really lowers it (same value: nothing changes). A schedule
+        (a LambdaLR, as ``adamw``'s) scales it by the configured schedule's factor at this step."""
         for optimizer in self.trainer.optimizers:
             for group, lr in zip(optimizer.param_groups, self._configured_lrs, strict=True):
-                saved = group.get("initial_lr", group["lr"])
-                if not scheduled:
-                    group["lr"] = lr
-                elif saved != lr:
-                    group["lr"] = lr * group["lr"] / saved
-                group["initial_lr"] = lr
+                group["initial_lr"], group["lr"] = lr, lr
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            scheduler.base_lrs = list(self._configured_lrs)
+            for group, lr, factor in zip(scheduler.optimizer.param_groups, self._configured_lrs,
+                                         getattr(scheduler, "lr_lambdas", ()), strict=False):
+                group["lr"] = lr * factor(scheduler.last_epoch)
