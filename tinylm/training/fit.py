@@ -14,6 +14,7 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Collection
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
+from tinylm.tasks import model_class_of, task_of_config, views_left_out
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
@@ -46,9 +48,10 @@ def resolve_path(path: str | None) -> str | None:
 
 
 def build_datamodule(cfg: DictConfig) -> TextDataModule:
-    """The data group's ``_target_``, with the model's context length, the run's seed and the path as launched."""
+    """The data group's ``_target_``, with the model's context length, the run's seed, the path as launched
+    and what the task's data module takes from the model."""
     return hydra.utils.instantiate(cfg.data, path=resolve_path(cfg.data.path), block_size=cfg.model.block_size,
-                                   seed=cfg.seed)
+                                   seed=cfg.seed, **task_of_config(cfg).data_arguments(model_class_of(cfg)))
 
 
 def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageModel:
@@ -59,7 +62,7 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
         model=model,
         tokenizer=datamodule.tokenizer.state(),
         chars_per_token=datamodule.val_chars_per_token,
-        translation_pairs=getattr(datamodule, "translation_pairs", False),
+        task=task_of_config(cfg).name,
         **optim,
     )
     module.data_identity = datamodule.identity  # recorded in its checkpoints
@@ -102,8 +105,8 @@ def train(cfg: DictConfig, ckpt_path: str | None = None) -> dict:
     return fit(cfg, datamodule, module, Path(cfg.paths.output_dir), resolve_path(ckpt_path))
 
 
-def instantiate_all(group: DictConfig | None) -> list:
-    """Instantiate every ``_target_`` entry of a callbacks/logger group.
+def instantiate_all(group: DictConfig | None, leave_out: Collection[str] = ()) -> list:
+    """Instantiate every ``_target_`` entry of a callbacks/logger group but those named in ``leave_out``.
 
     A TinyLMError raised by a constructor (a bad option value) is re-raised as is, so it reaches
     the user as one ``error:`` line instead of being wrapped in Hydra's InstantiationException.
@@ -111,7 +114,8 @@ def instantiate_all(group: DictConfig | None) -> list:
     if not group:
         return []
     try:
-        return [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
+        return [hydra.utils.instantiate(node) for name, node in group.items()
+                if node and "_target_" in node and name not in leave_out]
     except InstantiationException as e:
         if isinstance(e.__cause__, TinyLMError):
             raise e.__cause__ from None
@@ -154,7 +158,8 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     print(module.model.format_parameter_table())
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
-    callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
+    # the task's views and the shared ones: the other tasks' views are never built
+    callbacks = [*instantiate_all(cfg.get("callbacks"), leave_out=views_left_out(task_of_config(cfg))), interrupt]
     if not loggers:  # nothing to log the learning rate to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar it may not show

@@ -31,9 +31,9 @@ from tinylm.models import LanguageModel
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
 from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
 from tinylm.tasks.text.sampling import eval_no_grad, generate, sample_next, suppress
+from tinylm.tasks.translation.symbols import IGNORE
 from tinylm.tokenizer import Tokenizer
 
-IGNORE = -100  # cross-entropy's default ignore_index: target positions a decoder-only model is not scored on
 NEVER_WRITTEN = (PAD_ID, BEGIN_ID)  # symbols a translation never contains: masked out of every step
 
 
