@@ -182,9 +182,9 @@ def test_importing_the_registry_imports_no_torch():
 # decoder_only follows from the model
 
 
-DECODER_ONLY = ("data.decoder_only is not a setting: it follows from the model (a decoder-only model.arch reads "
-                "each pair as one sequence source + BEGIN + target, model=seq2seq reads the two sides apart): "
-                "remove it")
+DECODER_ONLY = ("data.decoder_only is not a setting: train.py sets it from the model's kind (a decoder-only "
+                "model.arch reads each pair as one sequence source + BEGIN + target, model=seq2seq reads the two "
+                "sides apart); remove it")
 
 
 @pytest.mark.parametrize("override", ["data.decoder_only=true", "+data.decoder_only=false"])

@@ -24,9 +24,10 @@ if TYPE_CHECKING:
 
 TASKS = {"text": "tinylm.tasks.text.task:TextTask", "translation": "tinylm.tasks.translation.task:TranslationTask"}
 DEFAULT_TASK = "text"  # a data module of the user's own continues text, as do checkpoints of release 0.1
-# Settings that follow from something else, and are refused on the command line (train.py) and in a config
-DERIVED = {"data.decoder_only": "it follows from the model (a decoder-only model.arch reads each pair as one "
-                                "sequence source + BEGIN + target, model=seq2seq reads the two sides apart): remove it"}
+# Settings train.py sets from another one (group -> key -> from what): refused on the command line
+# (``refuse_derived``) and added to a config (``tinylm.training.config_keys.SET_BY_TRAIN``)
+DERIVED = {"data": {"decoder_only": "the model's kind (a decoder-only model.arch reads each pair as one sequence "
+                                    "source + BEGIN + target, model=seq2seq reads the two sides apart)"}}
 
 
 @cache
@@ -73,8 +74,8 @@ def views_left_out(task: Task) -> set[str]:
 
 
 def refuse_derived(overrides: list[str]) -> None:
-    """One TinyLMError for a command-line override of a setting that follows from something else."""
+    """One TinyLMError for a command-line override (``key=value``, ``+key=value``) of a ``DERIVED`` setting."""
     for override in overrides:
-        key = override.partition("=")[0].lstrip("+~")
-        if key in DERIVED:
-            raise TinyLMError(f"{key} is not a setting: {DERIVED[key]}")
+        group, _, key = override.partition("=")[0].lstrip("+~").partition(".")
+        if key in DERIVED.get(group, {}):
+            raise TinyLMError(f"{group}.{key} is not a setting: train.py sets it from {DERIVED[group][key]}; remove it")

@@ -9,7 +9,7 @@ import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models.seq2seq import PAD_ID
-from tinylm.tasks import DERIVED, is_encoder_decoder
+from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
 from tinylm.tasks.text.attention import require_attention
 from tinylm.tasks.text.printing import printable
@@ -26,10 +26,6 @@ class TranslationTask(Task):
     headline = "val/exact_match"
     export_problem = ("was trained on translation pairs (data=pairs), and an ONNX export only continues text: "
                       "translate with `python generate.py ckpt_path=<that checkpoint>`")
-
-    def config_problems(self, cfg, model_class) -> list[str]:
-        return [f"data.decoder_only is not a setting: {DERIVED['data.decoder_only']}"] if "decoder_only" in cfg.data \
-            else []
 
     def data_arguments(self, model_class) -> dict:
         return {"decoder_only": not is_encoder_decoder(model_class)}
