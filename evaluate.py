@@ -8,8 +8,9 @@ Which text: ``data.path``, else the one the checkpoint's run trained on (its run
 ``.hydra/config.yaml``), else the shipped corpus. The other data keys (val_fraction, repeat,
 encoding, ...) come from that run config unless given, so ``split=val`` is exactly training's
 validation text, encoded with the checkpoint's tokenizer. How windows cover it: tinylm/evaluation.py.
-A checkpoint trained on translation pairs is scored on every validation pair: loss, exact match and
-character error rate of greedy translations.
+What is scored is the checkpoint's task's (``tinylm.tasks``, ``Task.evaluate``): a checkpoint trained on
+translation pairs is scored on every validation pair: loss, exact match and character error rate of
+greedy translations.
 
 stdout: one line naming the checkpoint and what was scored, then one JSON line with loss (nats per
 token), bpc (bits per character, as training's loss/val_bpc) and tokens (positions scored).
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
+from tinylm.tasks import get_task
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
@@ -68,78 +70,23 @@ def run_config(checkpoint: Path) -> DictConfig | None:
 
 
 def build_data(cfg: DictConfig, loaded, checkpoint: Path):
-    """The data module training used (its run config), with this command's data keys on top; not prepared."""
+    """The data module training used (its run config, else the task's data module), with this command's
+    data keys on top and what the task's data module takes from the model; not prepared."""
+    task = get_task(loaded.task)
     saved = run_config(checkpoint)
     if saved is not None:
         data, seed = OmegaConf.to_container(saved.data), saved.seed
-    elif loaded.translation_pairs:
-        data = {"_target_": "tinylm.tasks.translation.data.PairDataModule", "decoder_only": not loaded.model.translates}
-        seed = DEFAULT_SEED
     else:
-        data, seed = {"_target_": "tinylm.tasks.text.data.TextDataModule"}, DEFAULT_SEED
+        data, seed = {"_target_": task.data_target}, DEFAULT_SEED
     for key in DATA_KEYS:
         if cfg.data[key] is not None:
             data[key] = hydra.utils.to_absolute_path(str(cfg.data[key])) if key == "path" else cfg.data[key]
-    try:
-        return hydra.utils.instantiate(data, block_size=loaded.model.config.block_size, seed=seed)
+    try:  # the model's arguments win over a run config's (the decoder-only flag of earlier releases)
+        return hydra.utils.instantiate(data, block_size=loaded.model.config.block_size, seed=seed,
+                                       **task.data_arguments(type(loaded.model)))
     except Exception as e:  # a key the data module does not take, a _target_ that does not import
         raise TinyLMError(f"the data config {data} cannot build a data module "
                           f"({' '.join(str(e).split())[:150]})") from None
-
-
-def text_ids(loaded, text: str, source: str):
-    """``text`` encoded with the checkpoint's tokenizer, or one line naming the characters it lacks."""
-    from tinylm.tasks.text.data import encode_array
-
-    try:
-        return encode_array(loaded.tokenizer, text)
-    except ValueError:
-        missing = loaded.tokenizer.unknown(text)
-        raise TinyLMError(f"{source} has {len(missing)} character(s) outside the checkpoint's vocabulary "
-                          f"({' '.join(repr(c) for c in missing[:10])}{' ...' if len(missing) > 10 else ''}): "
-                          "score a text in the language it was trained on, or remove them") from None
-
-
-def score_text(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
-    from tinylm.evaluation import score_text
-    from tinylm.training.module import LN2
-
-    block_size = loaded.model.config.block_size
-    stride = max(block_size // 2, 1) if cfg.stride is None else cfg.stride
-    if stride > block_size:
-        raise TinyLMError(f"stride={stride} is larger than the model's block_size={block_size}: positions "
-                          f"between windows would be skipped; pass stride=1 .. {block_size}")
-    train_text, val_text = datamodule.read_split()
-    text = val_text if cfg.split == "val" else train_text + val_text
-    what = (f"the validation split (the last data.val_fraction={datamodule.val_fraction:g}) of {datamodule.path}"
-            if cfg.split == "val" else f"all of {datamodule.path}")
-    if not text:
-        raise TinyLMError(f"{what} is empty (of {len(train_text):,} characters): pass split=all, "
-                          "a larger data.val_fraction or a longer text")
-    ids = text_ids(loaded, text, what)
-    if len(ids) <= block_size:
-        raise TinyLMError(f"{what} has {len(ids)} tokens, fewer than one window of block_size+1={block_size + 1}: "
-                          "score a longer text (split=all, a larger data.val_fraction or another data.path)")
-    loss, tokens = score_text(loaded.model, ids, stride, cfg.batch_size)
-    chars_per_token = len(text) / len(ids)  # as training's val_chars_per_token
-    line = f"{what}: {tokens:,} positions in windows of {block_size} tokens, stride {stride}"
-    return line, {"loss": loss, "bpc": loss / LN2 / chars_per_token, "tokens": tokens, "stride": stride,
-                  "block_size": block_size, "chars_per_token": chars_per_token}
-
-
-def score_pairs(cfg: DictConfig, loaded, datamodule) -> tuple[str, dict]:
-    from tinylm.evaluation import score_pairs
-    from tinylm.training.module import LN2
-
-    datamodule.prepare()
-    if datamodule.tokenizer.state() != loaded.tokenizer.state():
-        raise TinyLMError(f"the pairs of {datamodule.source_name} have other characters than the checkpoint's "
-                          "vocabulary: score it on the pairs it was trained on (data.path=...)")
-    examples = datamodule.val_examples if cfg.split == "val" else datamodule.train_examples + datamodule.val_examples
-    scores = score_pairs(loaded.model, examples, datamodule.collate, cfg.batch_size)
-    scores["bpc"] = scores["loss"] / LN2 / datamodule.val_chars_per_token
-    what = "the validation pairs" if cfg.split == "val" else "all pairs"
-    return f"{what} of {datamodule.source_name}: {scores['pairs']:,} pairs, greedy translations", scores
 
 
 def run(cfg: DictConfig) -> dict:
@@ -149,8 +96,7 @@ def run(cfg: DictConfig) -> dict:
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)
     datamodule = build_data(cfg, loaded, path)
-    translating = loaded.model.translates or loaded.translation_pairs
-    line, scores = (score_pairs if translating else score_text)(cfg, loaded, datamodule)
+    line, scores = get_task(loaded.task).evaluate(cfg, loaded, datamodule)  # text: every position; pairs: every pair
     result = {"loss": scores.pop("loss"), "bpc": scores.pop("bpc"), "tokens": scores.pop("tokens"), **scores,
               "split": cfg.split, "checkpoint": str(path), "step": loaded.global_step}
     print(f"evaluated {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) on {line}")

@@ -21,6 +21,7 @@ from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.onnx.export import export_onnx, require_export_packages
+from tinylm.tasks import get_task
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
@@ -48,9 +49,9 @@ def run(cfg: DictConfig) -> Path:
     require_export_packages()
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)
-    if loaded.translation_pairs:  # the ONNX file would continue text: it carries no record of translating
-        raise TinyLMError(f"{path} was trained on translation pairs (data=pairs), and an ONNX export only "
-                          "continues text: translate with `python generate.py ckpt_path=<that checkpoint>`")
+    problem = get_task(loaded.task).export_problem  # an ONNX file continues text: it carries no task
+    if problem is not None:
+        raise TinyLMError(f"{path} {problem}")
     out = export_onnx(loaded.model, loaded.tokenizer, out or path.with_suffix(".onnx"), loaded.global_step)
     print(f"exported {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) to {out} "
           f"({out.stat().st_size / 2**20:.1f} MiB): checked with onnx.checker and ONNX Runtime")

@@ -13,50 +13,33 @@ ONNX file (a ckpt_path ending in .onnx) runs on ONNX Runtime and numpy, and torc
 imported: the same options and output, and with temperature=0 the same text as its checkpoint
 (random draws come from numpy, so a seed gives other samples than the checkpoint does).
 
-A translation model's checkpoint translates instead: each line of the prompt (or of prompt_file) is
-one source, and stdout has exactly one translation per line, in order (an empty line for an empty
-one). That is any model trained on ``data=pairs``: the encoder-decoder (``model=seq2seq``), or a
-decoder-only GPT or RNN (``data.decoder_only=true``), which continues source + BEGIN up to END.
+What a checkpoint prints is its task's (``tinylm.tasks``, ``Task.generate``). A translation checkpoint
+gives translations: each line of the prompt (or of prompt_file) is one source, and stdout has exactly one
+translation per line, in order (an empty line for an empty one). That is any model trained on
+``data=pairs``: the encoder-decoder (``model=seq2seq``), or a decoder-only GPT or RNN
+(``model=gpt data=pairs``), which continues source + BEGIN up to END.
 """
 
 import os
-import re
 import secrets
-import sys
-from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
 
 import hydra
 from omegaconf import DictConfig
 
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
-from tinylm.tasks.text.prompting import encode_prompt, validate_sampling
+from tinylm.tasks import get_task
+from tinylm.tasks.text.printing import Sampler, print_samples, unescape
+from tinylm.tasks.text.prompting import validate_sampling
 from tinylm.textfile import as_lines, read_capped_bytes
-from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
 
 TEXT_KEYS = ("prompt", "stop")  # free text on the command line, taken literally (\n, \t unescaped)
 PATH_KEYS = ("ckpt_path", "run_dir", "prompt_file", "paths.log_dir")  # quoted, never unescaped
-ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # control characters but tab and newline
-
-
-def unescape(text: str) -> str:
-    """Turn the two-character sequences \\n, \\t and \\\\ into newline, tab and backslash."""
-    return re.sub(r"\\([nt\\])", lambda m: ESCAPES[m.group(1)], text)
-
-
-def printable(text: str) -> str:
-    """``text`` for a terminal: control characters (ESC, CR, ...) shown as ``\\x1b`` instead of
-    obeyed; newline and tab kept. A byte or BPE model can emit any of them."""
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def read_prompt(cfg: DictConfig) -> str:
     if cfg.prompt_file and cfg.prompt:
         raise TinyLMError("both prompt and prompt_file are set: pass only one of them")
@@ -86,16 +69,6 @@ def check_options(cfg: DictConfig) -> None:
         raise TinyLMError(f"beam_size={cfg.beam_size!r} must be an integer >= 1 (1: no beam search)")
 
 
-class Sampler(NamedTuple):
-    """A model ready to sample from, on either runtime."""
-
-    path: Path
-    tokenizer: Tokenizer
-    global_step: int | None
-    num_params: int
-    stream_text: Callable[..., Iterator[str]]  # (prompt_ids, max_new_tokens, stop=..., **sampling) -> pieces
-
-
 def is_onnx(cfg: DictConfig) -> bool:
     return bool(cfg.ckpt_path) and not cfg.run_dir and str(cfg.ckpt_path).lower().endswith(".onnx")
 
@@ -123,75 +96,15 @@ def load_checkpoint(cfg: DictConfig):
     return load_model(checkpoint_from_config(cfg))
 
 
-def torch_sampler(cfg: DictConfig, loaded, seed: int) -> Sampler:
-    """A checkpoint on PyTorch."""
-    import torch
-
-    from tinylm.tasks.text.sampling import stream_text
-
-    stream = partial(stream_text, loaded.model, loaded.tokenizer, generator=torch.Generator().manual_seed(seed),
-                     use_cache=cfg.use_cache)
-    return Sampler(loaded.path, loaded.tokenizer, loaded.global_step, loaded.model.num_params(), stream)
-
-
 def run(cfg: DictConfig) -> None:
     check_options(cfg)
     prompt = read_prompt(cfg)
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
-    loaded = None if is_onnx(cfg) else load_checkpoint(cfg)
-    if loaded is not None and (loaded.model.translates or loaded.translation_pairs):
-        print_translations(cfg, loaded, prompt, seed)
+    if is_onnx(cfg):  # an ONNX file continues text
+        print_samples(cfg, onnx_sampler(cfg, seed), prompt, seed)
         return
-    model = onnx_sampler(cfg, seed) if loaded is None else torch_sampler(cfg, loaded, seed)
-    prompt_ids = encode_prompt(model.tokenizer, prompt, cfg.unknown)
-    print(f"checkpoint: {model.path} (step {model.global_step}, vocabulary {model.tokenizer.vocab_size}"
-          f", {model.num_params:,} parameters); seed={seed}", file=sys.stderr)
-
-    stop = unescape(str(cfg.stop)) if cfg.stop not in (None, "") else None
-    shown_prompt = model.tokenizer.decode(prompt_ids) if prompt else ""
-    last = ""  # the last character written: a sample ends its line only if it did not already
-
-    def write(text: str) -> None:
-        nonlocal last
-        if text:
-            sys.stdout.write(printable(text))
-            sys.stdout.flush()
-            last = text[-1]
-
-    for i in range(cfg.num_samples):
-        if i:
-            write(("" if last == "\n" else "\n") + "---\n")
-        write(shown_prompt)
-        for piece in model.stream_text(prompt_ids, cfg.max_new_tokens, stop=stop, temperature=cfg.temperature,
-                                       top_k=cfg.top_k, top_p=cfg.top_p):
-            write(piece)
-    if last != "\n":
-        write("\n")
-
-
-def print_translations(cfg: DictConfig, loaded, text: str, seed: int) -> None:
-    """A translation model: one translation per line of ``text``, one line each, in order; an empty
-    line gives an empty line."""
-    import torch
-
-    from tinylm.tasks.translation.decoding import translate_lines
-
-    if cfg.num_samples != 1:
-        raise TinyLMError(f"num_samples={cfg.num_samples}: a translation model prints one translation per "
-                          "source line; pass num_samples=1 (or sample again with another seed)")
-    if not text:
-        raise TinyLMError("nothing to translate: pass prompt=SOURCE, or prompt_file=FILE with one source a line")
-    sources = text.split("\n")
-    if len(sources) > 1 and sources[-1] == "":  # the final newline of a file ends its last line
-        sources.pop()
-    print(f"checkpoint: {loaded.path} (step {loaded.global_step}, vocabulary {loaded.tokenizer.vocab_size}, "
-          f"{loaded.model.num_params():,} parameters); seed={seed}", file=sys.stderr)
-    translations = translate_lines(loaded.model, loaded.tokenizer, sources, cfg.unknown, cfg.beam_size,
-                                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                                   generator=torch.Generator().manual_seed(seed), use_cache=cfg.use_cache)
-    for translation in translations:
-        sys.stdout.write(printable(translation) + "\n")
-        sys.stdout.flush()
+    loaded = load_checkpoint(cfg)
+    get_task(loaded.task).generate(cfg, loaded, prompt, seed)  # text: continuations; translation: translations
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")

@@ -22,6 +22,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
     from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, quote_values
     from tinylm.errors import TinyLMError
     from tinylm.runs.folder import register_resolvers
+    from tinylm.tasks import refuse_derived
 except KeyboardInterrupt:
     sys.exit(130)
 
@@ -39,6 +40,7 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     try:
+        refuse_derived(sys.argv[1:])  # a setting that follows from another one: one error line
         in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
         sys.argv = quote_values(sys.argv, TRAIN_FOLDER_KEYS if in_sweep else TRAIN_PATH_KEYS)
         if any(arg.lstrip("+").startswith("ckpt_path=") for arg in sys.argv[1:]):

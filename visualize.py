@@ -7,9 +7,10 @@
 One file per layer, ``attention_layer<N>.png``, with a panel per head: the same figures the
 ``AttentionMaps`` training callback logs to TensorBoard. See conf/visualize.yaml for the options.
 
-For a translation model (``model=seq2seq``) ``text`` is the source: the model translates it, and
-the files are ``cross_attention_layer<N>.png`` (rows: the characters it writes, columns: the
-source characters) and ``encoder_layer<N>.png``, as the ``TranslationMaps`` callback logs them:
+The checkpoint's task draws the figures (``tinylm.tasks``). For a translation model
+(``model=seq2seq``) ``text`` is the source: the files show how the model turns it into its translation:
+``cross_attention_layer<N>.png`` (rows: the characters it writes, columns: the source characters)
+and ``encoder_layer<N>.png``, as the ``TranslationMaps`` callback logs them:
 
     python visualize.py ckpt_path=numbers.ckpt text="三千零五"
 """
@@ -18,13 +19,13 @@ import os
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
+from tinylm.tasks import get_task
 from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
 
@@ -54,18 +55,6 @@ def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:
     return ids
 
 
-def write_attention_pngs(model, tokenizer: Tokenizer, ids: list[int], out_dir: Path,
-                         note: str = "") -> list[Path]:
-    """One PNG per layer into ``out_dir``; returns their paths."""
-    labels = plotting.token_labels(tokenizer, ids)
-    weights = plotting.attention_weights(model, torch.tensor(ids))
-    return [
-        plotting.save_png(plotting.attention_figure(w, labels, layer, note=note),
-                          out_dir / f"attention_layer{layer}.png")
-        for layer, w in enumerate(weights)
-    ]
-
-
 def check_out_dir(out_dir: Path) -> None:
     """One clear error, before anything is drawn, if the PNGs cannot go into ``out_dir`` (nothing is created)."""
     problem = unwritable_folder(out_dir)
@@ -79,21 +68,15 @@ def check_out_dir(out_dir: Path) -> None:
 def run(cfg: DictConfig) -> list[Path]:
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)
-    if not loaded.model.has_attention:
-        raise TinyLMError(f"checkpoint {path} holds an {loaded.model.config.arch} model, which has no attention "
-                          "to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
     ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),
                       loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
                else path.parent / f"{path.stem}-attention")
     check_out_dir(out_dir)
     note = f"{path.name}, step {loaded.global_step}"
-    try:
-        if loaded.model.translates:
-            figures = plotting.translation_figures(loaded.model, loaded.tokenizer, ids, note=note)
-            written = [plotting.save_png(figure, out_dir / f"{name}.png") for name, figure in figures]
-        else:
-            written = write_attention_pngs(loaded.model, loaded.tokenizer, ids, out_dir, note=note)
+    try:  # the task's figures (tinylm.tasks): a language model's attention, a translation's cross-attention
+        figures = get_task(loaded.task).figures(loaded, ids, note)
+        written = [plotting.save_png(figure, out_dir / f"{name}.png") for name, figure in figures]
     except OSError as e:  # what the check could not know: a full disk, a read-only mount, a race
         raise TinyLMError(f"could not write the PNGs into {out_dir}: {e.strerror or e}"
                           f"{f' ({e.filename})' if e.filename else ''}; pass out_dir=DIR, a folder you can "

@@ -22,8 +22,8 @@ from torch.nn import functional as F
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
-from tinylm.models import LanguageModel, ModelConfig, build_model
-from tinylm.models.base import size_problems
+from tinylm.models import ModelConfig, build_model
+from tinylm.models.base import Decoder, size_problems
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.tasks.text.sampling import generate
 from tinylm.training.config_checks import config_problems
@@ -44,7 +44,7 @@ class BigramConfig(ModelConfig):
         return size_problems(cfg, ("vocab_size", "block_size"))
 
 
-class Bigram(LanguageModel):
+class Bigram(Decoder):
     """Logits for the next token are a row of a table, picked by the current token."""
 
     def __init__(self, config: BigramConfig):

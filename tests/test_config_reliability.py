@@ -20,7 +20,7 @@ from tinylm.training.config_keys import SET_BY_TRAIN
 
 GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
 PAIRS = ("tinylm.tasks.translation.data.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, "
-         "val_fraction, val_batches, decoder_only, encoding, max_mib")
+         "val_fraction, val_batches, encoding, max_mib")
 
 # overrides -> the one line for the key nothing takes (each was a TypeError traceback from a constructor)
 UNKNOWN = {
@@ -35,7 +35,8 @@ UNKNOWN = {
     "+callbacks.sampel_text.every_n_steps=5": "callbacks.sampel_text is unknown: did you mean callbacks.sample_text? "
                                               "(callbacks (conf/callbacks/) has model_checkpoint, last_checkpoint, "
                                               "early_stopping, learning_rate_monitor, progress_bar, sample_text, "
-                                              "attention_maps, next_token_probes, embedding_projector)",
+                                              "attention_maps, next_token_probes, translation_samples, "
+                                              "translation_maps, embedding_projector)",
     "callbacks.progress_bar._target_=tinylm.nothing.Bar": "callbacks.progress_bar._target_='tinylm.nothing.Bar' is "
                                                           "not a class or function Python can import: check its "
                                                           "spelling",
@@ -50,7 +51,7 @@ UNKNOWN = {
     "model=seq2seq data=pairs +data.repeat=2": f"data.repeat is unknown: remove it ({PAIRS})",
     "model=seq2seq data=pairs +data.tokenizer=byte": f"data.tokenizer is unknown: remove it ({PAIRS})",
     "model=seq2seq data=pairs +data.repeat=0": f"data.repeat is unknown: remove it ({PAIRS})",  # not also its value
-    "data=pairs data.decoder_only=true +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
+    "model=gpt data=pairs +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
     "+data.seed=3": "data.seed is not a setting: train.py sets it from seed; remove it",
     # the top level: what conf/train.yaml has (a key there is read by nothing: a typo, or a group's key)
     "+sed=3": "sed is unknown: did you mean seed? (the training config (conf/train.yaml) has seed, ckpt_path, "

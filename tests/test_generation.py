@@ -21,6 +21,7 @@ from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.tracing import trace_shapes
+from tinylm.tasks.text.printing import printable
 from tinylm.tasks.text.sampling import (
     encode_prompt,
     generate,
@@ -338,7 +339,7 @@ def test_generate_py_imports_no_training_stack():
 def test_unescape_and_printable():
     assert generate_cli.unescape(r"a\nb\tc\\n") == "a\nb\tc\\n"
     text = "a\x1b[2Jb\rc\x00\x7f\x9b\td\n我"
-    assert generate_cli.printable(text) == "a\\x1b[2Jb\\x0dc\\x00\\x7f\\x9b\td\n我"
+    assert printable(text) == "a\\x1b[2Jb\\x0dc\\x00\\x7f\\x9b\td\n我"
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
 from tinylm.plots import figures as plotting
 from tinylm.tasks.translation.data import PairDataModule, collate_decoder_only
 from tinylm.tasks.translation.decoding import beam_search, continue_sources, translate, translate_lines
+from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tokenizer import CharTokenizer
 from tinylm.training.module import LitLanguageModel
 
@@ -88,7 +89,7 @@ def test_control_character_labels_draw_without_missing_glyphs():
     chars = CharTokenizer(["\x00", "\x02", "\x03", "\r", "a", "b"])  # pairs with a lone CR in a source
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _, figure in plotting.translation_figures(model, chars, [4, 3, 5]):
+        for _, figure in translation_figures(model, chars, [4, 3, 5]):
             plotting.render_rgb(figure)
             texts = [t.get_text() for t in figure.findobj(lambda a: hasattr(a, "get_text"))]
             assert any("\\r" in text for text in texts) and not any("\r" in text for text in texts)
@@ -154,7 +155,7 @@ def test_a_blank_source_line_gives_a_blank_translation(tmp_path, capsys):
     data.prepare()
     net = build_model({"arch": "seq2seq", "vocab_size": data.tokenizer.vocab_size, "block_size": 8,
                        "n_embd": 16, "num_heads": 2, "encoder_layers": 1, "decoder_layers": 1})
-    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), translation_pairs=True)
+    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), task="translation")
     ckpt = save(tmp_path / "seq2seq.ckpt", module, 0)
     sources = tmp_path / "sources.txt"
     sources.write_text("十二\n\n二十\n", encoding="utf-8")
@@ -175,7 +176,7 @@ def overfitted_decoder_only_gpt(tmp_path) -> tuple[LitLanguageModel, int]:
     torch.manual_seed(0)
     net = build_model({"arch": "gpt", "vocab_size": data.tokenizer.vocab_size, "block_size": 10,
                        "n_embd": 32, "num_heads": 2, "num_layers": 2, "dropout": 0.0})
-    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), translation_pairs=True)
+    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), task="translation")
     batch = collate_decoder_only(data.train_examples + data.val_examples)
     optimizer = torch.optim.AdamW(module.model.parameters(), lr=3e-3)
     for step in range(1, 801):  # noqa: B007 (the steps taken are returned)
@@ -192,7 +193,7 @@ def overfitted_decoder_only_gpt(tmp_path) -> tuple[LitLanguageModel, int]:
 def test_generate_translates_with_a_decoder_only_gpt_trained_on_pairs(tmp_path, capsys):
     module, steps = overfitted_decoder_only_gpt(tmp_path)
     ckpt = save(tmp_path / "gpt-pairs.ckpt", module, steps)
-    assert load_model(ckpt).translation_pairs and not module.model.translates
+    assert load_model(ckpt).task == "translation" and not module.model.translates
     sources = tmp_path / "sources.txt"
     sources.write_text("".join(f"{s}\n" for s, _ in PAIRS) + "\n十二\n", encoding="utf-8")
     targets = [t for _, t in PAIRS] + ["", "12"]
@@ -211,6 +212,6 @@ def test_generate_translates_with_a_decoder_only_gpt_trained_on_pairs(tmp_path, 
         export_cli.run(compose_config("export", f"ckpt_path={ckpt}"))
     assert not list(tmp_path.glob("*.onnx*"))
     older = save(tmp_path / "older.ckpt", module, steps, hparams=False)  # no record of pairs: plain text
-    assert not load_model(older).translation_pairs
+    assert load_model(older).task == "text"
     generate_cli.run(compose_generate(f"ckpt_path={older}", "prompt='九万'", "temperature=0", "max_new_tokens=3"))
     assert capsys.readouterr().out.startswith("九万")

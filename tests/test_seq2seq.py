@@ -260,10 +260,8 @@ def test_a_model_and_its_data_must_fit(tmp_path):
     assert config_problems(compose("model=seq2seq", output_dir=tmp_path)) == [
         "model.arch=seq2seq translates source<TAB>target pairs: add data=pairs (data.path=FILE, or none for the "
         "generated demo), or use experiment=numbers_zh"]
-    assert config_problems(compose("model=gpt", "data=pairs", output_dir=tmp_path)) == [
-        "data.decoder_only=false does not fit model.arch=gpt: set data.decoder_only=true (a language model reads "
-        "source + BEGIN + target as one sequence)"]
-    assert config_problems(compose("model=lstm", "data=pairs", "data.decoder_only=true", output_dir=tmp_path)) == []
+    assert config_problems(compose("model=gpt", "data=pairs", output_dir=tmp_path)) == []  # decoder-only: its kind
+    assert config_problems(compose("model=lstm", "data=pairs", output_dir=tmp_path)) == []
 
 
 # --------------------------------------------------------------------------------------------

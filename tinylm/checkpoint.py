@@ -8,7 +8,8 @@ Which checkpoint: a file named by the user; else a run folder's; else the newest
 Loading: ``torch.load(weights_only=True)`` only rebuilds tensors and plain containers, so a file
 that asks for any other Python object is refused before anything in it can run. A tinylm
 checkpoint holds everything needed to rebuild the model and tokenizer as plain data
-("model_config", "tokenizer", "state_dict"; see ``tinylm.training.module``).
+("model_config", "tokenizer", "state_dict"; see ``tinylm.training.module``), and Lightning's
+``hyper_parameters`` the task it was trained for (``tinylm.tasks.task_of_checkpoint``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, NotImported, build_model
+from tinylm.tasks import task_of_checkpoint
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
@@ -116,14 +118,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     path: Path
     global_step: int | None
-    translation_pairs: bool = False  # trained on data=pairs: an encoder-decoder, or decoder-only on pairs
-
-
-def trained_on_pairs(checkpoint: dict) -> bool:
-    """Whether training scored translations (``LitLanguageModel``'s ``translation_pairs``, saved by
-    Lightning in ``hyper_parameters``); False for checkpoints without it (release 0.1, hand-made)."""
-    hparams = checkpoint.get("hyper_parameters")
-    return isinstance(hparams, dict) and hparams.get("translation_pairs") is True
+    task: str = "text"  # what it was trained for (tinylm.tasks): what the commands do with it
 
 
 def load_model(path: str | Path) -> LoadedModel:
@@ -147,6 +142,7 @@ def load_model(path: str | Path) -> LoadedModel:
         # Lightning prefixes the model's weights with the LitLanguageModel attribute name, "model."
         weights = {str(k).removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
         model.load_state_dict(weights)
+        task = task_of_checkpoint(checkpoint, type(model))
     except NotImported as e:
         raise TinyLMError(f"checkpoint {path}: {e}") from None
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
@@ -155,4 +151,4 @@ def load_model(path: str | Path) -> LoadedModel:
             f"checkpoint {path} is not a valid tinylm checkpoint: {reason}: "
             "use a checkpoint saved by tinylm's train.py"
         ) from None
-    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), trained_on_pairs(checkpoint))
+    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), task)

@@ -1,4 +1,5 @@
-"""Scoring a model on a whole text or on every translation pair (``evaluate.py``), not a random sample.
+"""Scoring a language model on a whole text (``evaluate.py``), not a random sample; translation pairs are
+scored by their task (``tinylm.tasks.translation.task.score_pairs``).
 
 A text of N token ids has N - 1 positions to predict (every id after the first). They are covered
 by windows of the model's ``block_size`` T (its training window; for an RNN too, which like in
@@ -23,9 +24,7 @@ from torch.nn import functional as F
 
 from tinylm.models import LanguageModel
 from tinylm.models.base import eval_no_grad
-from tinylm.models.seq2seq import PAD_ID
 from tinylm.tasks.text.data import gather_windows
-from tinylm.tasks.translation.decoding import IGNORE, translation_scores
 
 
 def window_plan(n_ids: int, block_size: int, stride: int) -> list[tuple[int, int]]:
@@ -57,19 +56,3 @@ def score_text(model: LanguageModel, ids: torch.Tensor, stride: int, batch_size:
             count += int(scored.sum())
     return float(total / count), count
 
-
-def score_pairs(model: LanguageModel, examples: list, collate, batch_size: int) -> dict:
-    """Loss over every scored target symbol of ``examples`` (source ids, target ids), and the exact
-    match and character error rate of greedy translations (as validation scores them)."""
-    ignored = PAD_ID if model.translates else IGNORE  # what the loss skips: encoder-decoder / decoder-only
-    loss, tokens, counts = 0.0, 0, []
-    with eval_no_grad(model):
-        for i in range(0, len(examples), batch_size):
-            batch = collate(examples[i : i + batch_size])
-            scored = int((batch[-1] != ignored).sum())
-            loss += float(model.loss(batch)) * scored
-            tokens += scored
-            counts.append(translation_scores(model, batch))
-    exact, pairs, edits, chars = (sum(c) for c in zip(*counts, strict=True))
-    return {"loss": loss / tokens, "tokens": tokens, "pairs": pairs, "exact_match": exact / pairs,
-            "cer": edits / max(chars, 1)}

@@ -11,10 +11,8 @@ class EmbeddingProjector(PeriodicInspector):
     """The token embedding matrix (V, C) with one visible label per token, for the Projector tab.
 
     By default only when training ends (``every_n_steps: null``): each call writes a full copy.
-    Language and translation models alike.
+    Every task shows it.
     """
-
-    for_translation = None
 
     def __init__(self, every_n_steps: int | None = None):
         super().__init__(every_n_steps)

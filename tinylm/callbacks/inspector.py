@@ -69,31 +69,14 @@ class PeriodicInspector(L.Callback):
 
     Subclasses implement ``inspect(trainer, module)``. Time spent is added up in ``seconds`` and
     reported when training ends, so the cost of watching is visible next to the cost of training.
-    ``for_translation`` says which models a callback watches: language models (False),
-    translation models (True, ``LanguageModel.translates``) or both (None); it skips the other
-    kind, said once.
+    Which of them a run builds is its task's choice (``tinylm.tasks``).
     """
-
-    for_translation: bool | None = False
 
     def __init__(self, every_n_steps: int | None):
         self.every_n_steps = validate_interval(type(self).__name__, every_n_steps)
         self.seconds = 0.0
         self.calls = 0
         self._last_step: int | None = None
-        self._warned_kind = False
-
-    def watches(self, module: L.LightningModule) -> bool:
-        """False for a model of the other kind (a language model, a translation model), said once."""
-        if self.for_translation in (None, module.model.translates):
-            return True
-        if not self._warned_kind:
-            kind = ("a translation model (callbacks=translation shows its translations and cross-attention)"
-                    if module.model.translates else "a language model")
-            log.warning("%s: the %s model is %s, which it does not watch; skipped for this run",
-                        type(self).__name__, module.model.config.arch, kind)
-            self._warned_kind = True
-        return False
 
     def inspect(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         raise NotImplementedError
@@ -108,7 +91,7 @@ class PeriodicInspector(L.Callback):
     def run(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         """Inspect now (once per step at most), never raising."""
         step = trainer.global_step
-        if not trainer.is_global_zero or step == self._last_step or not self.watches(module):
+        if not trainer.is_global_zero or step == self._last_step:
             return
         self._last_step = step
         self.timed(type(self).__name__, step, lambda: self.inspect(trainer, module))

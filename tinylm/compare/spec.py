@@ -52,7 +52,7 @@ def comparisons(steps: int, bpe_vocab_size: int) -> dict[str, Comparison]:
         "seq2seq": Comparison(
             "Translation: encoder-decoder vs decoder-only", "exact_match",
             {"seq2seq": ["model=seq2seq", *pairs, "model.block_size=8"],
-             "gpt": ["model=gpt", *pairs, "data.decoder_only=true", "model.block_size=12", "model.num_layers=5"]},
+             "gpt": ["model=gpt", *pairs, "model.block_size=12", "model.num_layers=5"]},
             "The generated numbers_zh pairs (Chinese numerals to digits; validation numbers never trained on), "
             "the same steps, batch of pairs, learning rate and schedule. seq2seq: 2 encoder + 2 decoder layers "
             "with cross-attention; gpt: 5 causal layers of the same width (a similar parameter count) reading "

@@ -2,7 +2,8 @@
 
 The heatmaps show a GPT's causal self-attention, and an encoder-decoder's encoder self-attention
 and cross-attention (target characters on the rows, source characters on the columns); where
-each part of a figure goes is ``tinylm.plots.layout``.
+each part of a figure goes is ``tinylm.plots.layout``. Each task draws its own figures with these
+(``tinylm.tasks.translation.figures``: a translation's).
 
 Figures are plain ``matplotlib.figure.Figure`` objects drawn by the Agg canvas, never pyplot:
 pyplot keeps every figure in a global registry until closed, which leaks memory over a long run,
@@ -14,7 +15,7 @@ made, not when this module is imported: the training callbacks import it for eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,6 @@ import torch
 
 from tinylm.models import LanguageModel
 from tinylm.models.base import eval_no_grad
-from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots.layout import COLORBAR_LABEL, KEY_TITLE, LABEL_PT, QUERY_TITLE, Layout, choose_layout
 
 if TYPE_CHECKING:
@@ -131,31 +131,6 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], layer: int,
     for image, cells in zip(images, weights.numpy(), strict=True):
         image.set_data(np.ma.masked_array(cells, mask=_hidden(layout)))
     return fig
-
-
-def translation_figures(model: LanguageModel, tokenizer, ids: Sequence[int], note: str = "",
-                        reuse: dict | None = None) -> Iterator[tuple[str, Figure]]:
-    """A translation model's attention for one source (ids), figure by figure: ("encoder_layer<N>",
-    its encoder self-attention), then ("cross_attention_layer<N>", its cross-attention), a panel per head.
-
-    The model translates the source greedily first; the cross-attention rows are the characters
-    it writes (the last row: the end symbol), the columns the source characters. ``reuse``: as
-    for ``attention_figure`` (draw each figure before taking the next), for the encoder maps only:
-    the rows of the others change with the translation.
-    """
-    from tinylm.tasks.translation.decoding import translate
-
-    src = torch.tensor([list(ids)], device=next(model.parameters()).device)  # (1, S)
-    written = translate(model, src)[0][: model.config.block_size - 1]  # room for BEGIN in front
-    tgt = torch.tensor([[BEGIN_ID, *written]], device=src.device)  # (1, T): what the decoder reads
-    with eval_no_grad(model):
-        maps = model.translation_maps(src, tgt)
-    source, target = token_labels(tokenizer, ids), [*token_labels(tokenizer, written), "end"]
-    for layer, w in enumerate(maps["encoder"]):  # (1, h, S, S)
-        yield f"encoder_layer{layer}", attention_figure(w[0].float().cpu(), source, layer, note, reuse, kind="encoder")
-    for layer, w in enumerate(maps["cross"]):  # (1, h, T, S)
-        yield f"cross_attention_layer{layer}", attention_figure(w[0].float().cpu(), source, layer, note,
-                                                                row_labels=target, kind="cross")
 
 
 def _hidden(layout: Layout) -> np.ndarray:

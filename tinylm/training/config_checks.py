@@ -4,9 +4,10 @@ Hydra already rejects unknown keys (the config is in struct mode) but accepts an
 it parses from the command line (a string, int, float, bool, list or null). This module checks
 every value of the top level, of the ``data``, ``optim`` and ``trainer`` groups and of early stopping
 against a small typed rule (``RULES``), every key added with ``+`` against what takes it (``config_keys``:
-a ``_target_`` entry's constructor, the model's config fields), and the model with
-``tinylm.models.model_config_problems``, so a bad value is one line, not a traceback from deep inside
-Lightning, numpy or torch.
+a ``_target_`` entry's constructor, the model's config fields), the model with
+``tinylm.models.model_config_problems`` and its fit to the task with the task's ``config_problems``
+(``tinylm.tasks``: an encoder-decoder needs translation pairs), so a bad value is one line, not a
+traceback from deep inside Lightning, numpy or torch.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.models import model_class, model_config_problems
-from tinylm.tasks.translation.data import DEMOS, PairDataModule
+from tinylm.models import model_config_problems
+from tinylm.tasks import model_class_of, task_of_config
+from tinylm.tasks.translation.data import DEMOS
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 from tinylm.training.config_keys import unknown_keys
@@ -139,7 +141,6 @@ RULES: dict[str, Rule] = {
     "data.demo": one_of(*DEMOS),  # data=pairs without a path: the generated pairs
     "data.demo_pairs": integer(2),
     "data.demo_max": integer(2, 99_999),
-    "data.decoder_only": one_of(True, False),  # data=pairs for a GPT or an RNN: source + BEGIN + target
     "optim.lr": number(0, brackets="(]"),
     "optim.weight_decay": number(0),
     "optim.betas": betas,
@@ -204,12 +205,21 @@ def config_problems(cfg: DictConfig) -> list[str]:
             f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
             "(BPE starts from the 256 byte values), e.g. 512"
         )
-    problems += pairs_problems(cfg)
     if problem := learning_rate_monitor_problem(cfg):
         problems.append(problem)
+    problems += task_problems(cfg)
     if problem := devices_problem(cfg.trainer):
         problems.append(problem)
     return problems + list(unknown.values())
+
+
+def task_problems(cfg: DictConfig) -> list[str]:
+    """What the task says of the model and the data together (``Task.config_problems``)."""
+    try:
+        model_class = model_class_of(cfg)
+    except ValueError:  # a model class that cannot be named is said by model_config_problems
+        return []
+    return task_of_config(cfg).config_problems(cfg, model_class)
 
 
 def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:
@@ -219,25 +229,6 @@ def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:
         return ("callbacks.learning_rate_monitor has no logger to write to: use logger=none (which switches it "
                 "off too), or callbacks.learning_rate_monitor=null")
     return None
-
-
-def pairs_problems(cfg: DictConfig) -> list[str]:
-    """A translation model needs translation pairs, and a language model on pairs reads each as one sequence."""
-    arch = cfg.model.get("arch", "gpt")
-    try:
-        translates = model_class(OmegaConf.to_container(cfg.model)).translates
-    except ValueError:
-        return []  # said by model_config_problems
-    pairs = cfg.data.get("_target_") == f"{PairDataModule.__module__}.{PairDataModule.__name__}"
-    if translates and not pairs:
-        return [f"model.arch={arch} translates source<TAB>target pairs: add data=pairs (data.path=FILE, or none "
-                "for the generated demo), or use experiment=numbers_zh"]
-    if pairs and translates == cfg.data.get("decoder_only"):
-        why = ("an encoder-decoder reads the source and the target apart" if translates
-               else "a language model reads source + BEGIN + target as one sequence")
-        return [f"data.decoder_only={str(translates).lower()} does not fit model.arch={arch}: set "
-                f"data.decoder_only={str(not translates).lower()} ({why})"]
-    return []
 
 
 def validate(cfg: DictConfig) -> None:

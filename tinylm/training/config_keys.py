@@ -20,6 +20,7 @@ from hydra._internal.utils import _locate  # hydra.utils.get_object without its 
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.models import config_class, model_class
+from tinylm.tasks import DERIVED
 
 # The top level of conf/train.yaml: its settings, then its groups (hydra is Hydra's own).
 TOP_LEVEL = ["seed", "ckpt_path", "threads", "compile", "data", "model", "optim", "trainer", "callbacks", "logger",
@@ -27,7 +28,7 @@ TOP_LEVEL = ["seed", "ckpt_path", "threads", "compile", "data", "model", "optim"
 # Trainer arguments passed through untouched (Lightning checks them); train.py sets these three itself.
 TRAINER_ARGS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
 # Keys train.py gives a constructor itself, from elsewhere: a value in the group would be ignored.
-SET_BY_TRAIN = {"data": {"block_size": "model.block_size", "seed": "seed"},
+SET_BY_TRAIN = {"data": {"block_size": "model.block_size", "seed": "seed", **DERIVED["data"]},
                 "model": {"vocab_size": "the data's vocabulary"}}
 # Where the **kwargs of a class that train.py builds go; a class not listed that takes **kwargs is not checked.
 # Each: (the callable that receives them, the keys the class passes to it itself).

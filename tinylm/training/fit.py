@@ -14,6 +14,7 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Collection
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
+from tinylm.tasks import model_class_of, task_of_config, views_left_out
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
@@ -47,9 +49,10 @@ def resolve_path(path: str | None) -> str | None:
 
 
 def build_datamodule(cfg: DictConfig) -> TextDataModule:
-    """The data group's ``_target_``, with the model's context length, the run's seed and the path as launched."""
+    """The data group's ``_target_``, with the model's context length, the run's seed, the path as launched
+    and what the task's data module takes from the model."""
     return hydra.utils.instantiate(cfg.data, path=resolve_path(cfg.data.path), block_size=cfg.model.block_size,
-                                   seed=cfg.seed)
+                                   seed=cfg.seed, **task_of_config(cfg).data_arguments(model_class_of(cfg)))
 
 
 def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageModel:
@@ -61,7 +64,7 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
         tokenizer=datamodule.tokenizer.state(),
         optimizer=hydra.utils.instantiate(cfg.optim, _convert_="all"),  # plain lists: checkpoints hold plain data
         chars_per_token=datamodule.val_chars_per_token,
-        translation_pairs=getattr(datamodule, "translation_pairs", False),
+        task=task_of_config(cfg).name,
     )
     module.data_identity = datamodule.identity  # recorded in its checkpoints
     if cfg.compile:
@@ -103,9 +106,9 @@ def train(cfg: DictConfig, ckpt_path: str | None = None) -> dict:
     return fit(cfg, datamodule, module, Path(cfg.paths.output_dir), resolve_path(ckpt_path))
 
 
-def instantiate_all(group: DictConfig | None) -> list:
-    """Instantiate every ``_target_`` entry of a callbacks/logger group; an entry the config switches off
-    (null, or a factory below that builds nothing) adds nothing.
+def instantiate_all(group: DictConfig | None, leave_out: Collection[str] = ()) -> list:
+    """Instantiate every ``_target_`` entry of a callbacks/logger group but those named in ``leave_out``;
+    an entry the config switches off (null, or a factory below that builds nothing) adds nothing.
 
     A TinyLMError raised by a constructor (a bad option value) is re-raised as is, so it reaches
     the user as one ``error:`` line instead of being wrapped in Hydra's InstantiationException.
@@ -113,7 +116,8 @@ def instantiate_all(group: DictConfig | None) -> list:
     if not group:
         return []
     try:
-        built = [hydra.utils.instantiate(node) for node in group.values() if node and "_target_" in node]
+        built = [hydra.utils.instantiate(node) for name, node in group.items()
+                 if node and "_target_" in node and name not in leave_out]
     except InstantiationException as e:
         if isinstance(e.__cause__, TinyLMError):
             raise e.__cause__ from None
@@ -173,7 +177,8 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     print(module.model.format_parameter_table())
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
-    callbacks = [*instantiate_all(cfg.get("callbacks")), interrupt]
+    # the task's views and the shared ones: the other tasks' views are never built
+    callbacks = [*instantiate_all(cfg.get("callbacks"), leave_out=views_left_out(task_of_config(cfg))), interrupt]
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )

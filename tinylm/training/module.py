@@ -4,9 +4,9 @@ The model is the network the config builds (``model._target_``, ``tinylm.models.
 GPT, the LSTM/GRU baseline, the encoder-decoder, or any ``LanguageModel``): the module uses only
 the models' shared interface, a batch in, the loss out (``loss(batch)``). The optimizer is a partial
 (``optim._target_`` with ``_partial_: true``, e.g. ``adamw`` below), called with the parameter
-groups. On translation pairs (``data=pairs``), the model, an encoder-decoder or a
-decoder-only one, is also scored at each validation on the exact match and the character error
-rate of its greedy translations (``val/exact_match``, ``val/cer``).
+groups. Its task (``tinylm.tasks``) may score it further at each validation: on translation pairs
+(``data=pairs``), the exact match and the character error rate of its greedy translations
+(``val/exact_match``, ``val/cer``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key), the data's identity (``data``: token count, hash of the ids) and the
@@ -25,7 +25,7 @@ import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, model_config
-from tinylm.tasks.translation.decoding import translation_scores
+from tinylm.tasks import get_task
 
 LN2 = math.log(2)
 
@@ -72,17 +72,18 @@ class LitLanguageModel(L.LightningModule):
         tokenizer: dict,
         optimizer: Callable = adamw,
         chars_per_token: float = 1.0,
-        translation_pairs: bool = False,
+        task: str = "text",
     ):
         """``net``: the network to train (``tinylm.models.build_model``); ``tokenizer``: its plain-data state;
         ``optimizer``: called with the parameter groups, it returns what ``configure_optimizers`` returns
-        (an optimizer, or Lightning's dict with its schedule). ``translation_pairs``: the data are
-        translation pairs, scored at each validation.
+        (an optimizer, or Lightning's dict with its schedule). ``task``: what the model learns
+        (``tinylm.tasks``), which scores it at each validation.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["net", "optimizer"])
         # what the network and the optimizer are, as plain data: a checkpoint holds no objects
         self.save_hyperparameters({"model": model_config(net), "optim": optimizer_settings(optimizer)})
+        self.task = get_task(task)
         self.model = net
         self.optimizer = optimizer
         self.config = net.config
@@ -95,10 +96,7 @@ class LitLanguageModel(L.LightningModule):
         self.best_step: int | None = None
         # what the data module says of its data (token count, hash of the ids): set by the training job
         self.data_identity: dict | None = None
-        self._translation_counts: list[tuple[int, int, int, int]] = []  # per validation batch
-
-    def forward(self, idx, targets=None):
-        return self.model(idx, targets)
+        self._task_counts: list[tuple[int, ...]] = []  # the task's counts of each validation batch
 
     def training_step(self, batch, batch_idx):
         loss = self.model.loss(batch)
@@ -120,17 +118,18 @@ class LitLanguageModel(L.LightningModule):
         self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
         self.log("loss/val", loss, prog_bar=True, sync_dist=True)
         self.log("loss/val_bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
-        if self.hparams.translation_pairs:  # counts summed over the batches, scored in on_validation_epoch_end
-            self._translation_counts.append(translation_scores(self.model, batch))
+        counts = self.task.validation_counts(self.model, batch)  # summed over the batches, scored at the end
+        if counts is not None:
+            self._task_counts.append(counts)
 
     def on_validation_epoch_start(self) -> None:
-        self._translation_counts = []
+        self._task_counts = []
 
     def on_validation_epoch_end(self) -> None:
-        if self._translation_counts:
-            exact, examples, edits, chars = (sum(c) for c in zip(*self._translation_counts, strict=True))
-            self.log("val/exact_match", exact / examples, prog_bar=True, sync_dist=True)
-            self.log("val/cer", edits / max(chars, 1), sync_dist=True)
+        if self._task_counts:
+            totals = tuple(sum(c) for c in zip(*self._task_counts, strict=True))
+            for tag, value in self.task.validation_scores(totals).items():
+                self.log(tag, value, prog_bar=tag == self.task.headline, sync_dist=True)
         # loss/val is the mean over the validation batches here; checkpoints are saved after this hook
         loss = self.trainer.callback_metrics.get("loss/val")
         if not self.trainer.sanity_checking and loss is not None and float(loss) < self.best_val_loss:

@@ -1,4 +1,5 @@
-"""``AttentionMaps``: per-layer attention heatmaps of a fixed probe text, in the Images tab."""
+"""``AttentionMaps``: per-layer attention heatmaps of a fixed probe text, in the Images tab; ``AttentionInspector``,
+the base of the attention views of every task; ``add_rgb_image``, how they log a figure."""
 
 from __future__ import annotations
 
@@ -54,15 +55,43 @@ def add_rgb_image(writer, tag: str, rgb: np.ndarray, step: int) -> None:
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
 
-class AttentionMaps(PeriodicInspector):
+def require_attention(loaded) -> None:
+    """One TinyLMError for a checkpoint (``tinylm.checkpoint.LoadedModel``) whose model has no attention to draw."""
+    if not loaded.model.has_attention:
+        raise TinyLMError(f"checkpoint {loaded.path} holds an {loaded.model.config.arch} model, which has no "
+                          "attention to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
+
+
+class AttentionInspector(PeriodicInspector):
+    """A view of the model's attention: a model without attention (the LSTM/GRU baseline) is skipped,
+    said once. One callback list serves every model of a task."""
+
+    def __init__(self, every_n_steps: int | None):
+        super().__init__(every_n_steps)
+        self._warned_no_attention = False
+
+    def has_attention(self, trainer, module) -> bool:
+        if module.model.has_attention:
+            return True
+        if trainer.is_global_zero and not self._warned_no_attention:
+            log.warning("%s: the %s model has no attention to draw; skipped for this run",
+                        type(self).__name__, module.model.config.arch)
+            self._warned_no_attention = True
+        return False
+
+    def run(self, trainer, module) -> None:
+        if self.has_attention(trainer, module):
+            super().run(trainer, module)
+
+
+class AttentionMaps(AttentionInspector):
     """Attention heatmaps of a fixed probe text, one image per layer (panels = heads).
 
     ``text``: the probe; characters outside the vocabulary are skipped with a warning. A probe with
     fewer than 2 usable characters (blank, or unknown) is replaced by the first 16 characters of the
     training text's first line, and without such a line the maps are off for the run: decided once,
     when training starts, in one warning saying what to set. The causal mask for the probe's length
-    is logged once, as ``maps/causal_mask``, when training starts. A model without attention
-    (the LSTM/GRU baseline) is skipped with one warning.
+    is logged once, as ``maps/causal_mask``, when training starts.
     """
 
     def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列"):
@@ -73,17 +102,6 @@ class AttentionMaps(PeriodicInspector):
         self._ids: list[int] | None = None  # [] once decided that there is no probe this run
         self._labels: list[str] = []
         self._figures: dict = {}  # plotting.attention_figure's reused figures: drawn once, refilled
-        self._warned_no_attention = False
-
-    def has_attention(self, module) -> bool:
-        """False for a model without attention (LSTM/GRU), said once: one callback list serves every model."""
-        if module.model.has_attention:
-            return True
-        if not self._warned_no_attention:
-            log.warning("AttentionMaps: the %s model has no attention to draw; skipped for this run",
-                        module.model.config.arch)
-            self._warned_no_attention = True
-        return False
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
         """The probe's token ids (at most block_size), or [] when there is none (said once)."""
@@ -129,13 +147,13 @@ class AttentionMaps(PeriodicInspector):
         add_rgb_image(writer, "maps/causal_mask", image, trainer.global_step)
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero and self.watches(pl_module) and self.has_attention(pl_module):
+        if trainer.is_global_zero and self.has_attention(trainer, pl_module):
             self.timed("AttentionMaps (causal mask)", trainer.global_step,
                        lambda: self.log_causal_mask(trainer, pl_module))
 
     def inspect(self, trainer, module) -> None:
         writer = tensorboard_writer(trainer)
-        if writer is None or not self.has_attention(module):
+        if writer is None:
             return
         self._prepare(trainer, module)
         if not self._ids:

@@ -1,19 +1,22 @@
-"""What a translation model (``model=seq2seq``) learns, in TensorBoard.
+"""What a translation model (``data=pairs``) learns, in TensorBoard.
 
 - ``TranslationSamples``: ``source → prediction (reference)`` for fixed validation pairs (Text tab).
 - ``TranslationMaps``: the cross-attention of every decoder layer (rows: the characters the model
   writes, columns: the source characters) and the encoder's self-attention, for one source
-  (Images tab).
+  (Images tab); a decoder-only model's attention over source + BEGIN + its translation.
 """
 
 from __future__ import annotations
 
 from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer
 from tinylm.errors import TinyLMError
+from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots import figures as plotting
-from tinylm.tasks.text.attention import add_rgb_image
+from tinylm.tasks import is_encoder_decoder
+from tinylm.tasks.text.attention import AttentionInspector, add_rgb_image
 from tinylm.tasks.translation.data import pad
-from tinylm.tasks.translation.decoding import translate
+from tinylm.tasks.translation.decoding import continue_sources, translate
+from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tokenizer import tokenizer_from_state
 
 
@@ -31,8 +34,6 @@ class TranslationSamples(PeriodicInspector):
     Each line: ``source → prediction (reference)``, marked ✓ when the prediction is exact.
     """
 
-    for_translation = True
-
     def __init__(self, every_n_steps: int | None = 250, count: int = 8):
         super().__init__(every_n_steps)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -45,7 +46,10 @@ class TranslationSamples(PeriodicInspector):
             return
         tokenizer = tokenizer_from_state(module.tokenizer_state)
         pairs = validation_pairs(trainer, self.count)
-        predictions = translate(module.model, pad([s for s, _ in pairs]).to(module.device))
+        if is_encoder_decoder(type(module.model)):
+            predictions = translate(module.model, pad([s for s, _ in pairs]).to(module.device))
+        else:  # source + BEGIN, continued
+            predictions = continue_sources(module.model, [[*s, BEGIN_ID] for s, _ in pairs])
         lines = [f"Step {trainer.global_step}, greedy: source → prediction (reference)", ""]
         for (source, reference), prediction in zip(pairs, predictions, strict=True):
             mark = "✓" if prediction == reference else "✗"
@@ -54,15 +58,14 @@ class TranslationSamples(PeriodicInspector):
         writer.add_text("translations", "\n".join(lines), trainer.global_step)
 
 
-class TranslationMaps(PeriodicInspector):
+class TranslationMaps(AttentionInspector):
     """Cross-attention and encoder self-attention heatmaps of one source, a panel per head.
 
     ``source``: the text to translate; null takes the first validation pair's source. Logged as
     ``maps/cross_attention_layer<N>`` (rows: the characters the model writes, the last one the
-    end symbol; columns: the source) and ``maps/encoder_layer<N>``.
+    end symbol; columns: the source) and ``maps/encoder_layer<N>``; for a decoder-only model,
+    ``maps/pair_attention_layer<N>`` (source + BEGIN + translation).
     """
-
-    for_translation = True
 
     def __init__(self, every_n_steps: int | None = 250, source: str | None = None):
         super().__init__(every_n_steps)
@@ -89,7 +92,7 @@ class TranslationMaps(PeriodicInspector):
             return
         tokenizer = tokenizer_from_state(module.tokenizer_state)
         step = trainer.global_step
-        figures = plotting.translation_figures(module.model, tokenizer, self.source_ids(trainer, module),
+        figures = translation_figures(module.model, tokenizer, self.source_ids(trainer, module),
                                                note=f"step {step}", reuse=self._figures)
         for name, figure in figures:
             add_rgb_image(writer, f"maps/{name}", plotting.render_rgb(figure), step)

@@ -40,8 +40,8 @@ from tinylm.tasks.text.data import (
     read_data_bytes,
     stream_position,
 )
-from tinylm.tasks.translation.decoding import IGNORE
 from tinylm.tasks.translation.numbers_zh import numbers_zh_pairs
+from tinylm.tasks.translation.symbols import IGNORE
 from tinylm.tokenizer import CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,8 @@ class RandomPairs(SeededBatches):
 
 
 class PairDataModule(L.LightningDataModule):
-    translation_pairs = True  # the LightningModule scores translations at each validation
+    """The pairs of ``path`` (or the generated demo), for an encoder-decoder or, ``decoder_only``, for a
+    decoder-only model: the training job passes it from the model's kind (``tinylm.tasks.translation.task``)."""
 
     def __init__(
         self,

@@ -32,9 +32,9 @@ from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
 from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
 from tinylm.tasks.text.sampling import generate, sample_next, suppress
+from tinylm.tasks.translation.symbols import IGNORE
 from tinylm.tokenizer import Tokenizer
 
-IGNORE = -100  # cross-entropy's default ignore_index: target positions a decoder-only model is not scored on
 NEVER_WRITTEN = (PAD_ID, BEGIN_ID)  # symbols a translation never contains: masked out of every step
 
 

@@ -1,0 +1,97 @@
+"""The translation task: a model learns source<TAB>target pairs (``data=pairs``), an encoder-decoder
+(``model=seq2seq``) or a decoder-only model reading each pair as one sequence source + BEGIN + target."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from tinylm.errors import TinyLMError
+from tinylm.models.base import eval_no_grad
+from tinylm.models.seq2seq import PAD_ID
+from tinylm.tasks import is_encoder_decoder
+from tinylm.tasks.base import Task
+from tinylm.tasks.text.attention import require_attention
+from tinylm.tasks.text.printing import printable
+from tinylm.tasks.translation.decoding import translate_lines, translation_scores
+from tinylm.tasks.translation.figures import translation_figures
+from tinylm.tasks.translation.symbols import IGNORE
+
+
+class TranslationTask(Task):
+    name = "translation"
+    data_target = "tinylm.tasks.translation.data.PairDataModule"
+    views = ("translation_samples", "translation_maps")
+    headline = "val/exact_match"
+    export_problem = ("was trained on translation pairs (data=pairs), and an ONNX export only continues text: "
+                      "translate with `python generate.py ckpt_path=<that checkpoint>`")
+
+    def data_arguments(self, model_class) -> dict:
+        return {"decoder_only": not is_encoder_decoder(model_class)}
+
+    def validation_counts(self, model, batch) -> tuple[int, int, int, int]:
+        """(exact, examples, character edits, reference characters) of the batch's greedy translations."""
+        return translation_scores(model, batch)
+
+    def validation_scores(self, counts) -> dict[str, float]:
+        exact, examples, edits, chars = counts
+        return {"val/exact_match": exact / examples, "val/cer": edits / max(chars, 1)}
+
+    def generate(self, cfg, loaded, text: str, seed: int) -> None:
+        """One translation per line of ``text``, one line each, in order; an empty line gives an empty line."""
+        if cfg.num_samples != 1:
+            raise TinyLMError(f"num_samples={cfg.num_samples}: a translation model prints one translation per "
+                              "source line; pass num_samples=1 (or sample again with another seed)")
+        if not text:
+            raise TinyLMError("nothing to translate: pass prompt=SOURCE, or prompt_file=FILE with one source a line")
+        sources = text.split("\n")
+        if len(sources) > 1 and sources[-1] == "":  # the final newline of a file ends its last line
+            sources.pop()
+        print(f"checkpoint: {loaded.path} (step {loaded.global_step}, vocabulary {loaded.tokenizer.vocab_size}, "
+              f"{loaded.model.num_params():,} parameters); seed={seed}", file=sys.stderr)
+        translations = translate_lines(loaded.model, loaded.tokenizer, sources, cfg.unknown, cfg.beam_size,
+                                       temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                                       generator=torch.Generator().manual_seed(seed), use_cache=cfg.use_cache)
+        for translation in translations:
+            sys.stdout.write(printable(translation) + "\n")
+            sys.stdout.flush()
+
+    def figures(self, loaded, ids: list[int], note: str):
+        """``encoder_layer<N>`` and ``cross_attention_layer<N>`` of the source ``ids`` (a decoder-only model:
+        ``pair_attention_layer<N>``), as ``TranslationMaps`` logs them."""
+        require_attention(loaded)
+        return translation_figures(loaded.model, loaded.tokenizer, ids, note=note)
+
+    def evaluate(self, cfg, loaded, datamodule) -> tuple[str, dict]:
+        """Loss, exact match and character error rate of greedy translations on every validation pair
+        (``split=val``) or on every pair."""
+        from tinylm.training.module import LN2
+
+        datamodule.prepare()
+        if datamodule.tokenizer.state() != loaded.tokenizer.state():
+            raise TinyLMError(f"the pairs of {datamodule.source_name} have other characters than the checkpoint's "
+                              "vocabulary: score it on the pairs it was trained on (data.path=...)")
+        examples = (datamodule.val_examples if cfg.split == "val"
+                    else datamodule.train_examples + datamodule.val_examples)
+        scores = score_pairs(loaded.model, examples, datamodule.collate, cfg.batch_size)
+        scores["bpc"] = scores["loss"] / LN2 / datamodule.val_chars_per_token
+        what = "the validation pairs" if cfg.split == "val" else "all pairs"
+        return f"{what} of {datamodule.source_name}: {scores['pairs']:,} pairs, greedy translations", scores
+
+
+def score_pairs(model, examples: list, collate, batch_size: int) -> dict:
+    """Loss over every scored target symbol of ``examples`` (source ids, target ids), and the exact
+    match and character error rate of greedy translations (as validation scores them)."""
+    loss, tokens, counts = 0.0, 0, []
+    with eval_no_grad(model):
+        for i in range(0, len(examples), batch_size):
+            batch = collate(examples[i : i + batch_size])
+            targets = batch[-1]  # padded with PAD_ID (encoder-decoder) or IGNORE (decoder-only): neither scored
+            scored = int(((targets != PAD_ID) & (targets != IGNORE)).sum())
+            loss += float(model.loss(batch)) * scored
+            tokens += scored
+            counts.append(translation_scores(model, batch))
+    exact, pairs, edits, chars = (sum(c) for c in zip(*counts, strict=True))
+    return {"loss": loss / tokens, "tokens": tokens, "pairs": pairs, "exact_match": exact / pairs,
+            "cer": edits / max(chars, 1)}
