@@ -71,6 +71,25 @@ def compose(*overrides: str, output_dir: Path):
         return hydra_compose("train", overrides=[f"paths.output_dir={output_dir}", *overrides])
 
 
+def entry_point(script: str):
+    """``ROOT/<script>``'s module (generate.py, visualize.py, ...), to call its ``run(cfg)`` in-process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py") + "_cli", ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compose_config(name: str, *overrides: str):
+    """The composed config ``name`` (generate, visualize, export, ...) as its script would see it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name=name, overrides=list(overrides))
+
+
 # --------------------------------------------------------------------------------------------
 # Runs trained once per test session (in-process) and shared by every test that only needs
 # "a trained run folder": read them, never write into them (copy first where a test writes).

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT, compose
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
+from conftest import TINY_TEXT, compose, compose_config, entry_point
 from omegaconf import OmegaConf
 
 from tinylm.checkpoint import load_model
@@ -22,21 +19,7 @@ from tinylm.runs.resume import check_resume
 from tinylm.tasks.text.sampling import generate
 from tinylm.training.config_checks import config_problems
 
-
-def entry_point(script: str):
-    """``ROOT/<script>``'s module, to call its ``run(cfg)`` in-process."""
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py") + "_cli", ROOT / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 generate_cli, visualize_cli = entry_point("generate.py"), entry_point("visualize.py")
-
-
-def compose_config(name: str, *overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name=name, overrides=list(overrides))
 
 
 def lstm_config(tmp_path, *overrides):
