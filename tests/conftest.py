@@ -140,7 +140,7 @@ def train_in_process(run: Path, *overrides: str) -> str:
         root.removeHandler(handler)
         root.setLevel(level)
         torch.set_num_threads(threads)
-    (run / ".hydra").mkdir(exist_ok=True)
+    (run / ".hydra").mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
     OmegaConf.save(OmegaConf.create(list(overrides)), run / ".hydra" / "overrides.yaml")
     return output.getvalue()
