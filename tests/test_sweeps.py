@@ -362,6 +362,7 @@ def test_optuna_search_runs_trials_and_keeps_the_best(tmp_path, tiny_text_file):
     assert set(result.best_params) == {"optim.lr", "model.n_embd", "model.dropout"}
 
 
+@pytest.mark.slow  # an Optuna sweep of train.py jobs; the quick subset keeps the grid sweep
 def test_optuna_search_records_failed_trials_as_the_worst_and_goes_on(tmp_path, tiny_text_file):
     """An invalid config (lr 0) and a diverging loss (lr 1e12) fail their trial alone: Optuna gets +inf
     for it (a NaN would stop the search) and runs every trial; the report lists them as failed."""
