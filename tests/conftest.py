@@ -1,10 +1,15 @@
-"""Shared test helpers: tiny texts and a way to run the real train.py into a temporary folder."""
+"""Shared test helpers: tiny texts, the composed train config, runs trained once per session and
+shared by the tests that read them, and a way to run the real train.py into a temporary folder."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -64,3 +69,109 @@ def compose(*overrides: str, output_dir: Path):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hydra_compose("train", overrides=[f"paths.output_dir={output_dir}", *overrides])
+
+
+def entry_point(script: str):
+    """``ROOT/<script>``'s module (generate.py, visualize.py, ...), to call its ``run(cfg)`` in-process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py") + "_cli", ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compose_config(name: str, *overrides: str):
+    """The composed config ``name`` (generate, visualize, export, ...) as its script would see it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name=name, overrides=list(overrides))
+
+
+# --------------------------------------------------------------------------------------------
+# Runs trained once per test session (in-process) and shared by every test that only needs
+# "a trained run folder": read them, never write into them (copy first where a test writes).
+
+# A 2-layer GPT (one attention map per layer) trained 20 steps on TINY_TEXT, checkpoints only.
+GPT_RUN = [*TINY_MODEL, "model.num_layers=2", "data.repeat=30", "optim.lr=0.01", "trainer.max_steps=20",
+           "trainer.val_check_interval=10", "callbacks=minimal", "logger=none", "threads=1"]
+# An LSTM trained 30 steps with the default callbacks (attention maps included) and TensorBoard.
+LSTM_RUN = ["model=lstm", "model.n_embd=16", "model.hidden_size=32", "model.num_layers=1", "model.block_size=16",
+            "data.batch_size=8", "data.val_batches=2", "data.repeat=30", "optim.lr=0.01", "trainer.max_steps=30",
+            "trainer.val_check_interval=15", "trainer.enable_progress_bar=false", "threads=1",
+            "callbacks.attention_maps.every_n_steps=10", "callbacks.sample_text.every_n_steps=15",
+            "callbacks.sample_text.max_new_tokens=8"]
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A finished run folder (``path``, under ``<log_dir>/runs/``, its text file deleted) and what its
+    training printed and logged (``output``: the parameter table, the log lines at INFO and above)."""
+
+    path: Path
+    output: str
+
+    @property
+    def log_dir(self) -> Path:
+        return self.path.parent.parent
+
+
+def train_in_process(run: Path, *overrides: str) -> str:
+    """Train ``run`` as train.py would (the run manager's job, without Hydra's app), writing the
+    ``.hydra`` record Hydra writes; return what the training printed and logged."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from tinylm.runs.job import run as run_job
+
+    cfg = compose(*overrides, output_dir=run)
+    output, handler = io.StringIO(), logging.StreamHandler()
+    handler.setStream(output)
+    root, threads = logging.getLogger(), torch.get_num_threads()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            run_job(cfg)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+    (run / ".hydra").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(overrides)), run / ".hydra" / "overrides.yaml")
+    return output.getvalue()
+
+
+def shared_run(tmp_path_factory, name: str, overrides: list[str]) -> SharedRun:
+    """The run ``name`` trained once per session; under xdist once for all workers (a file lock in
+    the folder the workers share, as pytest-xdist's docs show)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / "shared-runs" / name
+    run, done = folder / "outputs" / "runs" / "2026-01-01_00-00-00", folder / "output.txt"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        if not done.exists():
+            text = folder / "tiny.txt"
+            text.write_text(TINY_TEXT, encoding="utf-8")
+            output = train_in_process(run, *overrides, f"data.path={text}")
+            text.unlink()  # the checkpoint must be all a command needs
+            done.write_text(output, encoding="utf-8")
+    return SharedRun(run, done.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def gpt_run(tmp_path_factory) -> SharedRun:
+    return shared_run(tmp_path_factory, "gpt", GPT_RUN)
+
+
+@pytest.fixture(scope="session")
+def lstm_run(tmp_path_factory) -> SharedRun:
+    return shared_run(tmp_path_factory, "lstm", LSTM_RUN)

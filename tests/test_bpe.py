@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, compose, run_train
+from conftest import TINY_MODEL, compose, compose_config, entry_point, train_in_process
 from tokenizers import pre_tokenizers
 
 from tinylm.checkpoint import load_model, read_checkpoint
@@ -143,12 +141,12 @@ def test_bits_per_character_is_exact(tmp_path, kind):
 
 
 @pytest.mark.slow
-def test_bpe_checkpoint_alone_restores_the_tokenizer(tmp_path):
+def test_bpe_checkpoint_alone_restores_the_tokenizer(tmp_path, capsys):
     text = tmp_path / "mixed.txt"
     text.write_text(TRAINING_TEXT, encoding="utf-8")
     run = tmp_path / "run"
-    run_train(run, *TINY_MODEL, f"data.path={text}", "data.tokenizer=bpe", "data.bpe_vocab_size=320",
-              "trainer.max_steps=4", "trainer.val_check_interval=4", "logger=none", "callbacks=minimal")
+    train_in_process(run, *TINY_MODEL, f"data.path={text}", "data.tokenizer=bpe", "data.bpe_vocab_size=320",
+                     "trainer.max_steps=4", "trainer.val_check_interval=4", "logger=none", "callbacks=minimal")
     ckpt = run / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert checkpoint["tokenizer"]["kind"] == "bpe" and isinstance(checkpoint["tokenizer"]["json"], str)
@@ -160,12 +158,11 @@ def test_bpe_checkpoint_alone_restores_the_tokenizer(tmp_path):
     expected = BPETokenizer.train(TRAINING_TEXT[: len(TRAINING_TEXT) - int(len(TRAINING_TEXT) * 0.1)], 320)
     assert loaded.tokenizer.encode(TRAINING_TEXT) == expected.encode(TRAINING_TEXT)
 
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "generate.py"), f"ckpt_path={ckpt}", "prompt=注意力 Speak", "max_new_tokens=12",
-         "seed=1"], capture_output=True, text=True, encoding="utf-8", timeout=120, cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("注意力 Speak") and "vocabulary 320" in out.stderr
+    capsys.readouterr()
+    entry_point("generate.py").run(compose_config("generate", f"ckpt_path={ckpt}", "prompt='注意力 Speak'",
+                                                  "max_new_tokens=12", "seed=1"))
+    out, err = capsys.readouterr()
+    assert out.startswith("注意力 Speak") and "vocabulary 320" in err
     shutil.rmtree(run)
 
 

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, train_in_process
+from conftest import compose as compose_train
 from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing import event_multiplexer
@@ -19,6 +20,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.plots import figures as plotting
+from tinylm.runs.job import main as train_main
 from tinylm.tasks.text.attention import AttentionMaps
 from tinylm.tasks.text.data import TextDataModule, default_corpus_path
 from tinylm.tasks.text.probes import NextTokenProbes
@@ -52,12 +54,11 @@ def fit(tmp_path: Path, text_file: Path, callbacks: list, steps: int, lr: float 
     return trainer, module, data
 
 
-@pytest.mark.slow
 def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
-    """Acceptance: all callbacks on, a few steps of train.py, then read the event files back."""
+    """Acceptance: all callbacks on, a few steps of the training job (in-process), then read the event files back."""
     run = tmp_path / "run"
     every = "10"
-    run_train(
+    train_in_process(
         run, *TINY_MODEL, "model.num_layers=2", "trainer.max_steps=20",
         "trainer.val_check_interval=10", "trainer.log_every_n_steps=5",
         f"callbacks.sample_text.every_n_steps={every}", "callbacks.sample_text.max_new_tokens=20",
@@ -257,12 +258,11 @@ def test_bad_options_are_one_line_errors(make):
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.slow
 def test_bad_interval_on_the_command_line_is_one_error_line(tmp_path):
-    proc = run_train(tmp_path / "run", *TINY_MODEL, "callbacks.attention_maps.every_n_steps=0",
-                     "logger=none", check=False)
-    assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1] == (
+    with pytest.raises(SystemExit) as info:  # what train.py prints and exits with
+        train_main(compose_train(*TINY_MODEL, "callbacks.attention_maps.every_n_steps=0", "logger=none",
+                                 output_dir=tmp_path / "run"))
+    assert str(info.value) == (
         "error: AttentionMaps.every_n_steps=0 must be a positive integer, "
         "or null to run only when training ends")
 
@@ -282,11 +282,10 @@ def test_callback_config_groups():
     assert "attention_maps" not in one_off and "sample_text" in one_off
 
 
-@pytest.mark.slow
 def test_debug_shapes_prints_every_stage_of_one_batch(tmp_path):
     run = tmp_path / "run"
-    proc = run_train(run, *TINY_MODEL, "model.num_layers=2", "debug=shapes")
-    lines = proc.stdout.splitlines()
+    output = train_in_process(run, *TINY_MODEL, "model.num_layers=2", "debug=shapes")
+    lines = output.splitlines()
 
     def row(stage: str) -> str:
         (found,) = [line for line in lines if line.startswith(stage + "  ")]
@@ -303,5 +302,5 @@ def test_debug_shapes_prints_every_stage_of_one_batch(tmp_path):
         assert "(B, h, T, T)" in row(f"block {layer} · scores")
     assert f"({B}, {T}, {V})" in row("logits")
     assert f"({B * T}, {V})" in row("loss input: logits")
-    assert f"B (sequences per batch) = {B}" in proc.stdout
+    assert f"B (sequences per batch) = {B}" in output
     assert not (run / "tensorboard").exists() and not (run / "checkpoints").exists()

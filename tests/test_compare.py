@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY_TEXT
+from conftest import TINY_TEXT
 from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
@@ -137,23 +134,26 @@ def test_no_comparison_lists_them_and_ends_with_a_usage_line(capsys, args):
     assert "overrides" not in " ".join(lines[:-1]) and "required" not in " ".join(lines)
 
 
-def run_compare(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "tinylm.compare", *args], capture_output=True, text=True,
-                          encoding="utf-8", cwd=ROOT, env=env, timeout=900)
+def run_compare(capsys, *args: str) -> tuple[int, str, str]:
+    """``python -m tinylm.compare ARGS`` in-process (each variant still trains in its own train.py):
+    (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = compare.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 @pytest.mark.slow
-def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path):
+def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     text = tmp_path / "tiny.txt"
     text.write_text(TINY_TEXT * 30, encoding="utf-8")
     out = tmp_path / "report"
     # settings both the GPT and the LSTM have, so every comparison can share them
     tiny = ["model.n_embd=16", "model.num_layers=1", "model.block_size=16", "data.batch_size=8",
-            "data.val_batches=2"]
+            "data.val_batches=2", "threads=1"]
     args = ["all", "--steps", "6", "--data", str(text), "--bpe-vocab-size", "300", "--out", str(out), *tiny]
-    proc = run_compare(*args)
-    assert proc.returncode == 0, proc.stderr
+    code, stdout, stderr = run_compare(capsys, *args)
+    assert code == 0, stderr
     variants = {"positions": ["learned", "sinusoidal", "rope"], "tokenizers": ["char", "byte", "bpe"],
                 "rnn": ["gpt", "lstm", "gru"], "tricks": ["constant_lr", "warmup_cosine", "grad_clip",
                                                           "warmup_cosine_clip"]}
@@ -184,19 +184,19 @@ def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path):
     for names in variants.values():
         for variant in names:
             assert re.search(rf"^\| {variant} +\|.*\| finished +\|$", report, re.MULTILINE), variant
-    assert proc.stdout.count(": training (") == 10  # the reference run is trained once, copied 3 times
-    assert proc.stdout.count("the same training config as positions/learned, copied") == 3
+    assert stdout.count(": training (") == 10  # the reference run is trained once, copied 3 times
+    assert stdout.count("the same training config as positions/learned, copied") == 3
     assert metrics["char"] == metrics["gpt"] == metrics["constant_lr"] == metrics["learned"]
 
     # run again: everything is read, nothing trained, and the report is the same
     started = time.perf_counter()
-    again = run_compare(*args)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already run, reading it") == 13 and ": training (" not in again.stdout
+    code, again, stderr = run_compare(capsys, *args)
+    assert code == 0, stderr
+    assert again.count("already run, reading it") == 13 and ": training (" not in again
     assert time.perf_counter() - started < 60
     assert (out / "REPORT.md").read_text(encoding="utf-8") == report
 
     # other settings into the same folder are refused, not mixed in
-    refused = run_compare("positions", "--steps", "8", "--data", str(text), "--out", str(out), *tiny)
-    assert refused.returncode == 1
-    assert "holds a run with other settings" in refused.stderr and "Traceback" not in refused.stderr
+    code, _, refused = run_compare(capsys, "positions", "--steps", "8", "--data", str(text), "--out", str(out), *tiny)
+    assert code == 1
+    assert "holds a run with other settings" in refused and "Traceback" not in refused

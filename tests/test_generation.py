@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
+from conftest import ROOT, TINY_TEXT
 from hydra import compose, initialize_config_dir
 
 from tinylm.checkpoint import load_model
@@ -342,17 +342,10 @@ def test_unescape_and_printable():
     assert printable(text) == "a\\x1b[2Jb\\x0dc\\x00\\x7f\\x9b\td\n我"
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A tiny model trained by train.py for 20 steps; its text file is gone afterwards."""
-    tmp = tmp_path_factory.mktemp("trained")
-    text = tmp / "tiny.txt"
-    text.write_text(TINY_TEXT, encoding="utf-8")
-    run = tmp / "outputs" / "runs" / "2026-01-01_00-00-00"
-    run_train(run, *TINY_MODEL, f"data.path={text}", "data.repeat=30", "trainer.max_steps=20",
-              "trainer.val_check_interval=10", "optim.lr=0.01", "logger=none")
-    text.unlink()
-    return run
+@pytest.fixture
+def trained_run(gpt_run):
+    """The session's tiny GPT run (tests/conftest.py), the only run under its log_dir; its text file is gone."""
+    return gpt_run.path
 
 
 def run_generate(*overrides: str, cwd=ROOT):
@@ -375,11 +368,11 @@ def split_samples(out: str, length: int) -> list[str]:
     return samples
 
 
-def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path):
+def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path, capsys):
     ckpt = tmp_path / "model.ckpt"
     shutil.copy(next((trained_run / "checkpoints").glob("best-*.ckpt")), ckpt)
     proc = run_generate(f"ckpt_path={ckpt}", "prompt=自注意力", "max_new_tokens=40", "seed=3",
-                        "num_samples=2", cwd=tmp_path)
+                        "num_samples=2", "threads=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"checkpoint: {ckpt}" in proc.stderr and "seed=3" in proc.stderr
     samples = split_samples(proc.stdout, 4 + 40)
@@ -389,24 +382,20 @@ def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path):
         assert set(sample) <= set(TINY_TEXT)
     assert list(tmp_path.iterdir()) == [ckpt]  # no Hydra folders or logs
 
-    again = run_generate(f"run_dir={trained_run}", "prompt=自注意力", "max_new_tokens=40",
-                         "seed=3", "num_samples=2", "use_cache=false")
-    assert again.returncode == 0, again.stderr
-    assert "best-step" in again.stderr
-    assert again.stdout == proc.stdout  # same seed, same text; with or without the cache
+    # the same run found by its folder, in-process: same seed, same text, with or without the cache
+    generate_cli.run(compose_generate(f"run_dir={trained_run}", "prompt='自注意力'", "max_new_tokens=40",
+                                      "seed=3", "num_samples=2", "use_cache=false", "threads=1"))
+    out, err = capsys.readouterr()
+    assert "best-step" in err
+    assert out == proc.stdout
 
 
-def test_generate_py_errors_are_one_line(trained_run, tmp_path):
+def test_generate_py_errors_are_one_line(trained_run):
     proc = run_generate(f"run_dir={trained_run}", "prompt=自注意力Ω", "max_new_tokens=3")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     vocab = len(set(TINY_TEXT))
     assert len(error) == 1 and "'Ω'" in error[0] and f"vocabulary of {vocab} symbols" in error[0]
-
-    proc = run_generate(f"paths.log_dir={tmp_path}", "temperature=-1")
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == "error: temperature=-1 must be a number >= 0: " \
-                                  "use 0 for greedy, 1 for plain sampling"
 
 
 def compose_generate(*overrides: str):
@@ -458,6 +447,11 @@ def test_latest_run_stop_and_greedy_in_process(trained_run, capsys):
 )
 def test_bad_options_in_process(tmp_path, overrides, message):
     assert message in str(run_expecting_error(f"paths.log_dir={tmp_path}", *overrides))
+
+
+def test_a_bad_temperature_says_what_to_use_in_process(tmp_path):
+    assert str(run_expecting_error(f"paths.log_dir={tmp_path}", "temperature=-1")) == (
+        "temperature=-1 must be a number >= 0: use 0 for greedy, 1 for plain sampling")
 
 
 def test_no_runs_at_all_in_process(tmp_path):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose, run_train
+from conftest import ROOT, TINY_MODEL, compose, run_train
 
 from tinylm.runs.job import main as train_main
 
@@ -19,14 +19,10 @@ def weights(path):
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
-@pytest.fixture(scope="module")
-def earlier_run(tmp_path_factory):
-    """A finished run whose files must survive every failure below untouched."""
-    root = tmp_path_factory.mktemp("earlier")
-    (root / "tiny.txt").write_text(TINY_TEXT, encoding="utf-8")
-    run = root / "run"
-    run_train(run, *FAST, f"data.path={root / 'tiny.txt'}", "data.repeat=30")
-    return run
+@pytest.fixture
+def earlier_run(gpt_run):
+    """A finished run (the session's, tests/conftest.py) whose files must survive every failure below untouched."""
+    return gpt_run.path
 
 
 def snapshot(folder):
@@ -59,7 +55,7 @@ def bad_files(tmp_path, earlier):
                            "corrupted or truncated"),
         "ckpt garbage": ([text, "data.repeat=30", f"ckpt_path={tmp_path / 'garbage.ckpt'}"],
                          "corrupted or truncated"),
-        "ckpt other model": ([text, "data.repeat=30", "model.n_embd=32", f"ckpt_path={good}"],
+        "ckpt other model": ([text, "data.repeat=30", "model.num_layers=2", "model.n_embd=32", f"ckpt_path={good}"],
                              "trained with a different model: n_embd=16 (config: 32)"),
     }
 

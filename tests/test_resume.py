@@ -111,10 +111,10 @@ def test_a_loose_checkpoint_or_a_new_folder_is_not_resumed_in_place(tmp_path):
     assert plan_resume(["train.py", "model.n_embd=8"], CONF) == ["train.py", "model.n_embd=8"]
 
 
-def test_check_resume_blames_the_data_when_the_vocabulary_differs(finished_run):
-    ckpt = finished_run / "checkpoints" / "last.ckpt"
+def test_check_resume_blames_the_data_when_the_vocabulary_differs(gpt_run):
+    ckpt = gpt_run.path / "checkpoints" / "last.ckpt"  # the session's run, 20 steps (tests/conftest.py)
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)
-    assert check_resume(ckpt, saved["model_config"], saved["tokenizer"]) == 4
+    assert check_resume(ckpt, saved["model_config"], saved["tokenizer"]) == 20
     other = {**saved["model_config"], "vocab_size": 30}
     with pytest.raises(TinyLMError) as info:
         check_resume(ckpt, other, {"kind": "char", "itos": list("abc")})

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT, compose, run_train
+from conftest import TINY_TEXT, compose, compose_config, entry_point
 from omegaconf import OmegaConf
 
 from tinylm.checkpoint import load_model
@@ -20,6 +18,8 @@ from tinylm.models.rnn import RNNConfig, RNNLanguageModel, RNNState
 from tinylm.runs.resume import check_resume
 from tinylm.tasks.text.sampling import generate
 from tinylm.training.config_checks import config_problems
+
+generate_cli, visualize_cli = entry_point("generate.py"), entry_point("visualize.py")
 
 
 def lstm_config(tmp_path, *overrides):
@@ -112,53 +112,35 @@ def test_architecture_choice_and_config_errors(tmp_path):
 # train.py and generate.py
 
 
-@pytest.fixture(scope="module")
-def lstm_run(tmp_path_factory):
-    """model=lstm trained 30 steps by train.py with the default callbacks (attention maps included)."""
-    tmp = tmp_path_factory.mktemp("lstm")
-    text = tmp / "tiny.txt"
-    text.write_text(TINY_TEXT, encoding="utf-8")
-    run = tmp / "run"
-    proc = run_train(run, "model=lstm", "model.n_embd=16", "model.hidden_size=32", "model.num_layers=1",
-                     "model.block_size=16", "data.batch_size=8", "data.val_batches=2", f"data.path={text}",
-                     "data.repeat=30", "optim.lr=0.01", "trainer.max_steps=30", "trainer.val_check_interval=15",
-                     "trainer.enable_progress_bar=false", "callbacks.attention_maps.every_n_steps=10",
-                     "callbacks.sample_text.every_n_steps=15", "callbacks.sample_text.max_new_tokens=8")
-    return run, proc
-
-
 def test_lstm_trains_with_the_same_module_and_callbacks(lstm_run):
-    run, proc = lstm_run
+    """model=lstm trained 30 steps with the default callbacks (tests/conftest.py's LSTM_RUN)."""
+    run, log = lstm_run.path, lstm_run.output
     metrics = json.loads((run / "metrics.json").read_text())
     vocab = len(set(TINY_TEXT))
     # embedding 37x16, one LSTM layer 4x(32x(16+32) + 2x32), head 32x37+37
     assert metrics["steps"] == 30 and metrics["num_params"] == 37 * 16 + 6_400 + 37 * 33 == 8_213
     assert metrics["val_loss"] < math.log(vocab) - 1.0  # learned, from ln V = 3.83 at the start
     assert metrics["val_bpc"] == pytest.approx(metrics["val_loss"] / math.log(2))  # char tokenizer
-    assert "lstm.0" in proc.stdout and "8,213" in proc.stdout  # the parameter table
-    log = proc.stdout + proc.stderr
+    assert "lstm.0" in log and "8,213" in log  # the parameter table
     assert log.count("AttentionMaps: the lstm model has no attention to draw") == 1
     assert "failed" not in log  # every other callback ran (samples, probes, projector)
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_generate_py_samples_from_an_lstm_checkpoint(lstm_run, tmp_path):
-    run, _ = lstm_run
+def test_generate_samples_from_an_lstm_checkpoint(lstm_run, capsys):
+    run = lstm_run.path
     loaded = load_model(run / "checkpoints" / "last.ckpt")  # torch.load(weights_only=True) inside
     assert isinstance(loaded.model, RNNLanguageModel) and loaded.model.config.arch == "lstm"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "generate.py"), f"run_dir={run}", "prompt=自注意力", "max_new_tokens=60",
-         "temperature=0"], capture_output=True, text=True, encoding="utf-8", timeout=120, cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    sample = proc.stdout.rstrip("\n")
+    generate_cli.run(compose_config("generate", f"run_dir={run}", "prompt='自注意力'", "max_new_tokens=60",
+                                    "temperature=0"))
+    out, err = capsys.readouterr()
+    sample = out.rstrip("\n")
     assert sample.startswith("自注意力") and len(sample) == 4 + 60  # 60 > block_size 16: no window limit
-    assert set(sample) <= set(TINY_TEXT) and "8,213 parameters" in proc.stderr
+    assert set(sample) <= set(TINY_TEXT) and "8,213 parameters" in err
 
 
 def test_resume_refuses_a_different_architecture(lstm_run):
-    run, _ = lstm_run
-    ckpt = run / "checkpoints" / "last.ckpt"
+    ckpt = lstm_run.path / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)
     check_resume(ckpt, saved["model_config"], saved["tokenizer"])  # same model: fine
     gpt = {"vocab_size": saved["model_config"]["vocab_size"], "block_size": 16, "n_embd": 16, "num_heads": 2,
@@ -167,10 +149,8 @@ def test_resume_refuses_a_different_architecture(lstm_run):
         check_resume(ckpt, gpt, saved["tokenizer"])
 
 
-def test_visualize_py_refuses_an_lstm_with_one_line(lstm_run, tmp_path):
-    run, _ = lstm_run
-    proc = subprocess.run([sys.executable, str(ROOT / "visualize.py"), f"run_dir={run}"], capture_output=True,
-                          text=True, encoding="utf-8", timeout=120, cwd=tmp_path)
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: checkpoint ")
-    assert "holds an lstm model, which has no attention to draw" in proc.stderr and "Traceback" not in proc.stderr
+def test_visualize_refuses_an_lstm_with_one_line(lstm_run):
+    with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
+        visualize_cli.run(compose_config("visualize", f"run_dir={lstm_run.path}"))
+    assert str(info.value).startswith("checkpoint ") and "holds an lstm model, which has no attention to draw" in (
+        str(info.value))

@@ -75,6 +75,7 @@ def test_sigterm_saves_last_checkpoint_says_how_to_resume_and_exits_143(tmp_path
     assert not (run / MARKER).exists()
 
 
+@pytest.mark.slow  # a sweep of train.py jobs; the quick subset keeps SIGTERM on a single run
 def test_sigterm_stops_a_sweep_which_says_so_and_exits_143(tmp_path, text):
     sweep = tmp_path / "sweep"
     proc = start("-m", f"hydra.sweep.dir={sweep}", "seed=1,2", *ENDLESS, text)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, compose, run_train
+from conftest import ROOT, compose, compose_config, entry_point, run_train, train_in_process
 from test_compare import fake_run
 
 from tinylm import compare
@@ -33,6 +33,7 @@ from tinylm.tasks.translation.decoding import (
 from tinylm.tasks.translation.numbers_zh import chinese_numeral, numbers_zh_pairs
 from tinylm.training.config_checks import config_problems
 
+generate_cli = entry_point("generate.py")
 V = 13
 DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of the 600 held-out numbers (README)
 
@@ -268,12 +269,12 @@ def test_a_model_and_its_data_must_fit(tmp_path):
 # The commands: train.py, generate.py, visualize.py
 
 
-def test_train_generate_and_visualize(tmp_path):
+def test_train_generate_and_visualize(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    run_train(run_dir, "experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
-              "model.encoder_layers=1", "model.decoder_layers=1", "trainer.max_steps=20",
-              "trainer.val_check_interval=20", "callbacks.translation_samples.every_n_steps=10",
-              "callbacks.translation_maps.every_n_steps=10", "trainer.enable_progress_bar=false", "threads=1")
+    train_in_process(run_dir, "experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
+                     "model.encoder_layers=1", "model.decoder_layers=1", "trainer.max_steps=20",
+                     "trainer.val_check_interval=20", "callbacks.translation_samples.every_n_steps=10",
+                     "callbacks.translation_maps.every_n_steps=10", "trainer.enable_progress_bar=false", "threads=1")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0 <= metrics["val_exact_match"] <= 1 and math.isfinite(metrics["val_cer"])
     ckpt = run_dir / "checkpoints" / "last.ckpt"
@@ -290,21 +291,22 @@ def test_train_generate_and_visualize(tmp_path):
 
     sources = tmp_path / "sources.txt"
     sources.write_text("三千零五\n十二\n九百\n", encoding="utf-8")
-    outputs = []
-    for options in (["temperature=0"], ["beam_size=3", "use_cache=false"]):
-        proc = subprocess.run([sys.executable, str(ROOT / "generate.py"), f"ckpt_path={ckpt}",
-                               f"prompt_file={sources}", *options], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        assert len(proc.stdout.split("\n")) == 4 and proc.stdout.endswith("\n")  # one line per source
-        outputs.append(proc.stdout)
+    proc = subprocess.run([sys.executable, str(ROOT / "generate.py"), f"ckpt_path={ckpt}",
+                           f"prompt_file={sources}", "temperature=0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    capsys.readouterr()
+    generate_cli.run(compose_config("generate", f"ckpt_path={ckpt}", f"prompt_file={sources}", "beam_size=3",
+                                    "use_cache=false"))  # beam search, in-process
+    outputs = [proc.stdout, capsys.readouterr().out]
+    for out in outputs:
+        assert len(out.split("\n")) == 4 and out.endswith("\n")  # one line per source
     lines = list(translate_lines(loaded.model, loaded.tokenizer, ["三千零五", "十二", "九百"], temperature=0))
     assert outputs[0] == "".join(f"{line}\n" for line in lines)
     with pytest.raises(TinyLMError, match="source line 2 has 1 character.s. outside the checkpoint's vocabulary: 'X'"):
         list(translate_lines(loaded.model, loaded.tokenizer, ["十二", "三千零X"]))
     assert list(translate_lines(loaded.model, loaded.tokenizer, ["", "十二"], temperature=0)) == ["", lines[1]]
-    proc = subprocess.run([sys.executable, str(ROOT / "visualize.py"), f"ckpt_path={ckpt}", "text=三千零五",
-                           f"out_dir={tmp_path / 'maps'}"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    entry_point("visualize.py").run(compose_config("visualize", f"ckpt_path={ckpt}", "text='三千零五'",
+                                                   f"out_dir={tmp_path / 'maps'}"))
     assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["cross_attention_layer0.png",
                                                                     "encoder_layer0.png"]
 

@@ -362,6 +362,7 @@ def test_optuna_search_runs_trials_and_keeps_the_best(tmp_path, tiny_text_file):
     assert set(result.best_params) == {"optim.lr", "model.n_embd", "model.dropout"}
 
 
+@pytest.mark.slow  # an Optuna sweep of train.py jobs; the quick subset keeps the grid sweep
 def test_optuna_search_records_failed_trials_as_the_worst_and_goes_on(tmp_path, tiny_text_file):
     """An invalid config (lr 0) and a diverging loss (lr 1e12) fail their trial alone: Optuna gets +inf
     for it (a NaN would stop the search) and runs every trial; the report lists them as failed."""
@@ -447,11 +448,18 @@ def compose_with_hydra(*overrides):
         return hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
 
 
+@pytest.fixture(scope="module")
+def experiments(tmp_path_factory) -> dict:
+    """Each experiment's config with the default trainer, composed once for every trainer below."""
+    tmp = tmp_path_factory.mktemp("experiments")
+    names = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+    return {name: compose(f"experiment={name}", output_dir=tmp) for name in names}
+
+
 @pytest.mark.parametrize("trainer", ["cpu", "gpu", "ddp", "ddp_sim"])
-def test_trainer_configs_compose_with_every_experiment(tmp_path, trainer):
-    for experiment in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
+def test_trainer_configs_compose_with_every_experiment(tmp_path, trainer, experiments):
+    for experiment, plain in experiments.items():
         cfg = compose(f"trainer={trainer}", f"experiment={experiment}", output_dir=tmp_path)
-        plain = compose(f"experiment={experiment}", output_dir=tmp_path)
         assert cfg.model == plain.model and cfg.data == plain.data and cfg.optim == plain.optim
         assert cfg.trainer.max_steps == plain.trainer.max_steps
     expected = {"cpu": ("cpu", "32-true"), "gpu": ("gpu", "bf16-mixed"), "ddp": ("auto", "32-true"),

@@ -42,12 +42,12 @@ def test_train_writes_a_complete_run_folder(tmp_path, tiny_text_file):
 @pytest.mark.slow
 def test_resume_continues_the_step_count(tmp_path, tiny_text_file):
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30",
-              "trainer.val_check_interval=10"]
+              "trainer.val_check_interval=10", "logger=none", "callbacks=minimal"]
     first = tmp_path / "first"
-    run_train(first, *common, "trainer.max_steps=10")
+    train_main(compose(*common, "trainer.max_steps=10", output_dir=first))
     second = tmp_path / "second"
-    run_train(second, *common, "trainer.max_steps=20",
-              f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}")
+    train_main(compose(*common, "trainer.max_steps=20", f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}",
+                       output_dir=second))
     ckpt = load(second / "checkpoints" / "last.ckpt")
     assert ckpt["global_step"] == 20
 
@@ -97,8 +97,8 @@ def test_multirun_gives_each_job_its_own_folder(tmp_path, tiny_text_file):
 def test_last_checkpoint_is_the_final_state_even_when_the_best_is_older(tmp_path, tiny_text_file):
     run = tmp_path / "run"
     # lr so small that loss/val never improves after the first validation: best stays at step 5
-    run_train(run, *TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
-              "trainer.max_steps=20", "trainer.val_check_interval=5", "optim.lr=1e-12")
+    train_main(compose(*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
+                       "trainer.max_steps=20", "trainer.val_check_interval=5", "optim.lr=1e-12", output_dir=run))
     assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == ["best-step000005.ckpt"]
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 20
 

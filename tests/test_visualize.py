@@ -8,18 +8,15 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import ROOT, TINY_MODEL, run_train
+from conftest import ROOT
 
 PROBE = "自注意力可以让序列"
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    """A tiny 2-layer run on the default corpus, checkpoints only."""
-    run = tmp_path_factory.mktemp("visualize") / "run"
-    run_train(run, *TINY_MODEL, "model.num_layers=2", "trainer.max_steps=2",
-              "trainer.val_check_interval=2", "callbacks=minimal", "logger=none")
-    return run
+@pytest.fixture
+def run_dir(gpt_run) -> Path:
+    """The session's tiny 2-layer GPT run (tests/conftest.py), checkpoints only: read, never written."""
+    return gpt_run.path
 
 
 def visualize(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -46,26 +43,27 @@ def test_writes_one_png_per_layer_and_nothing_else(run_dir, tmp_path):
         assert pixels[..., :3].std() > 0.1  # a picture, not a blank page
 
 
-@pytest.mark.slow
 def test_default_out_dir_is_next_to_the_checkpoint(run_dir, tmp_path):
-    proc = visualize(tmp_path, f"run_dir={run_dir}")  # the default text is the Chinese probe
-    assert proc.returncode == 0, proc.stderr
-    (best,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    run = tmp_path / "run"  # a copy: the PNGs are written into the run folder
+    shutil.copytree(run_dir, run)
+    written = visualize_in_process(f"run_dir={run}")  # the default text is the Chinese probe
+    (best,) = (run / "checkpoints").glob("best-*.ckpt")
     out = best.parent / f"{best.stem}-attention"
     assert sorted(p.name for p in out.iterdir()) == ["attention_layer0.png", "attention_layer1.png"]
+    assert sorted(written) == sorted(out.iterdir())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("text", "message"), [
-    ("自注意力☃", "error: text has 1 character(s) outside the checkpoint's vocabulary: '☃'"),
-    ("自注意力可以让序列中的每个位置看到前面", "error: text is 19 tokens long but the model sees at "
-                                  "most block_size=16"),
+    ("自注意力☃", "text has 1 character(s) outside the checkpoint's vocabulary: '☃'"),
+    ("自注意力可以让序列中的每个位置看到前面", "text is 19 tokens long but the model sees at most block_size=16"),
 ], ids=["unknown-character", "too-long"])
-def test_bad_text_is_one_error_line(run_dir, tmp_path, text, message):
-    proc = visualize(tmp_path, f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"text={text}")
-    assert proc.returncode != 0
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(message)
+def test_bad_text_is_one_error_line(run_dir, tmp_path, monkeypatch, text, message):
+    from tinylm.errors import TinyLMError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
+        visualize_in_process(f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"text='{text}'")
+    assert str(info.value).startswith(message)
     assert list(tmp_path.iterdir()) == []
 
 
