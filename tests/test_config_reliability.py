@@ -99,6 +99,7 @@ def test_validate_refuses_before_reading_anything(tmp_path):
         validate(cfg)
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_train_py_says_it_in_one_error_line(tmp_path):
     """CLI wiring: the line reaches the user from train.py, and no traceback."""
     proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "+model.n_emb=32", f"hydra.run.dir={tmp_path}"],

@@ -368,6 +368,7 @@ def split_samples(out: str, length: int) -> list[str]:
     return samples
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path, capsys):
     ckpt = tmp_path / "model.ckpt"
     shutil.copy(next((trained_run / "checkpoints").glob("best-*.ckpt")), ckpt)
@@ -552,6 +553,7 @@ def run_cli(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           encoding="utf-8", timeout=120, cwd=cwd, env=env)
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_generate_py_quotes_paths_and_takes_text_literally(tmp_path):
     ckpt = scripted_checkpoint(tmp_path / "my 模型 run" / "checkpoints" / "last.ckpt", "\na${b}c", "}}}}c\na")
     proc = run_cli("generate.py", f"ckpt_path={ckpt}", "prompt=a${b}", "stop=c", "temperature=0",
@@ -576,6 +578,7 @@ def test_generate_py_help_shows_only_its_own_options(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_generate_py_exits_quietly_when_the_reader_closes_the_pipe(tmp_path):
     ckpt = scripted_checkpoint(tmp_path / "loop.ckpt", "ab\n", "ab\nab")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}

@@ -59,6 +59,7 @@ def terminate_once_written(proc, path, timeout=120):
 # SIGTERM does what the first Ctrl-C does
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_sigterm_saves_last_checkpoint_says_how_to_resume_and_exits_143(tmp_path, text):
     run = tmp_path / "run"
     last = run / "checkpoints" / "last.ckpt"

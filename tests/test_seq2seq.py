@@ -269,6 +269,7 @@ def test_a_model_and_its_data_must_fit(tmp_path):
 # The commands: train.py, generate.py, visualize.py
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_train_generate_and_visualize(tmp_path, capsys):
     run_dir = tmp_path / "run"
     train_in_process(run_dir, "experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",

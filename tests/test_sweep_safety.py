@@ -156,6 +156,7 @@ def test_two_reruns_plan_one_after_the_other(killed_sweep):
 # 8: a refused re-run writes nothing
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_a_refused_rerun_leaves_the_sweep_folder_and_its_multirun_yaml_as_they_were(tmp_path):
     sweep = tmp_path / "sweep"
     for job, overrides in enumerate(JOBS[:2]):

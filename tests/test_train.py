@@ -16,6 +16,7 @@ def load(path):
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_train_writes_a_complete_run_folder(tmp_path, tiny_text_file):
     run = tmp_path / "run"
     proc = run_train(

@@ -25,6 +25,7 @@ def visualize(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=env)
 
 
+@pytest.mark.slow  # a whole process (or several) from start to end
 def test_writes_one_png_per_layer_and_nothing_else(run_dir, tmp_path):
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     cwd = tmp_path / "cwd"
