@@ -134,12 +134,17 @@ class AttentionMaps(AttentionInspector):
             self._ids = self.probe_ids(trainer, tokenizer, module.model.config.block_size)
             self._labels = plotting.token_labels(tokenizer, self._ids)
 
-    def log_causal_mask(self, trainer, module) -> None:
+    def _probe_writer(self, trainer, module):
+        """TensorBoard's writer, the probe decided; None without a writer or without a probe to draw."""
         writer = tensorboard_writer(trainer)
         if writer is None:
-            return
+            return None
         self._prepare(trainer, module)
-        if not self._ids:
+        return writer if self._ids else None
+
+    def log_causal_mask(self, trainer, module) -> None:
+        writer = self._probe_writer(trainer, module)
+        if writer is None:
             return
         T = len(self._ids)
         mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # (T, T) True = visible
@@ -152,11 +157,8 @@ class AttentionMaps(AttentionInspector):
                        lambda: self.log_causal_mask(trainer, pl_module))
 
     def inspect(self, trainer, module) -> None:
-        writer = tensorboard_writer(trainer)
+        writer = self._probe_writer(trainer, module)
         if writer is None:
-            return
-        self._prepare(trainer, module)
-        if not self._ids:
             return
         step = trainer.global_step
         ids = torch.tensor(self._ids, device=module.device)  # (T,)
