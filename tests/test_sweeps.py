@@ -68,6 +68,10 @@ def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep
     assert "Traceback" not in proc.stderr
     assert (jobs["3"] / "error.txt").read_text().startswith("invalid config: model.n_embd=32 is not divisible")
     assert not (jobs["3"] / "checkpoints").exists() and not (jobs["3"] / "metrics.json").exists()
+    # the sweep ends with its table (tinylm.runs.sweep_report), and leaves it in the sweep folder
+    table = proc.stdout[proc.stdout.rindex(f"# Sweep {sweep.name}"):]
+    assert table.startswith((sweep / "summary.md").read_text(encoding="utf-8"))
+    assert f"wrote summary.csv, summary.md, val_loss_vs_params.png in {sweep}" in table
 
     done = {name: metrics_of(jobs[name]) for name in ("0", "1", "2")}
     assert all(m["steps"] == 4 and math.isfinite(m["val_loss"]) and m["tokens_per_second"] > 0 for m in done.values())
@@ -254,6 +258,24 @@ def test_job_status_reads_what_the_job_left_in_its_folder(tmp_path):
     assert job("unreadable", metrics="{", checkpoint=True) == "unreadable metrics.json"
     assert job("unreadable early", metrics="[]") == "unreadable metrics.json"
     assert job("unreadable, killed", marker=gone, metrics="{", checkpoint=True) == "unreadable metrics.json"
+
+
+def test_sweep_report_without_a_folder_reports_the_newest_sweep(grid_sweep, tmp_path, monkeypatch, capsys):
+    from tinylm.runs.sweep_report import main as report_main
+
+    monkeypatch.setenv("TINYLM_ROOT", str(tmp_path))  # paths.root_dir: <root>/outputs is the log folder
+    assert report_main([]) == 1
+    assert capsys.readouterr().err == (f"error: there is no sweep under {tmp_path / 'outputs' / 'multirun'}: "
+                                       "run one with `python train.py -m ...`\n")
+    older, newer = (tmp_path / "outputs" / "multirun" / name for name in ("2026-01-02_00-00-00", "2026-01-01_00-00-00"))
+    for sweep in (older, newer):
+        shutil.copytree(grid_sweep[0], sweep)
+        (sweep / "summary.md").unlink()
+    os.utime(older, (1_000_000_000, 1_000_000_000))  # older by its time, though its name sorts later
+    assert report_main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"the newest sweep: {newer}\n\n# Sweep {newer.name}\n")
+    assert (newer / "summary.md").is_file() and not (older / "summary.md").exists()
 
 
 def test_sweep_report_lists_the_jobs_the_sweep_has_not_reached_as_missing(grid_sweep, tmp_path, capsys):

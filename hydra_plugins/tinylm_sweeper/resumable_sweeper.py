@@ -8,6 +8,7 @@ command again with ``hydra.sweep.dir=<that sweep>`` finishes it (see ``tinylm.ru
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, Optional  # noqa: UP035 - Hydra reads these annotations at run time
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -38,7 +39,9 @@ class ResumableSweeper(BasicSweeper):
 
     def sweep(self, arguments: Sequence[str]) -> Any:
         """Every job of the sweep (expanded as BasicSweeper expands them) is planned and claimed before
-        BasicSweeper writes multirun.yaml: a refused re-run writes nothing."""
+        BasicSweeper writes multirun.yaml: a refused re-run writes nothing. A sweep that ran to its end
+        (its jobs finished or failed, not stopped) ends with its table (``tinylm.runs.sweep_report``)."""
+        from tinylm.runs.sweep_report import print_report
         from tinylm.runs.sweep_stop import start_sweep, stop_after_interrupt
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -47,4 +50,6 @@ class ResumableSweeper(BasicSweeper):
             start_sweep(self.config)
             returns = super().sweep(arguments)
         stop_after_interrupt(self.config)
+        print(flush=True)
+        print_report(Path(str(self.config.hydra.sweep.dir)))
         return returns

@@ -89,6 +89,16 @@ def original_overrides(run_dir: Path) -> list[str] | None:
         ) from None
 
 
+def newest_sweep_dir(log_dir: str | Path) -> Path:
+    """The newest sweep folder (one holding a ``multirun.yaml``) under ``<log_dir>/multirun``; a
+    TinyLMError if there is none."""
+    multirun = Path(log_dir) / "multirun"
+    sweeps = [p.parent for p in multirun.glob("*/multirun.yaml")]
+    if not sweeps:
+        raise TinyLMError(f"there is no sweep under {multirun}: run one with `python train.py -m ...`")
+    return max(sweeps, key=lambda p: (p.stat().st_mtime, p.name))
+
+
 def composed_log_dir(conf_dir: Path, overrides: list[str]) -> str:
     """``paths.log_dir`` as the training config composes it with these overrides."""
     from hydra import compose, initialize_config_dir

@@ -1,6 +1,7 @@
 """Summarise a sweep, finished or still running: one row per job, best val loss first.
 
     python -m tinylm.runs.sweep_report outputs/multirun/2026-11-29_08-00-00
+    python -m tinylm.runs.sweep_report        # the newest sweep under outputs/ (a grid sweep ends with it too)
 
 A sweep folder holds one folder per job, and each job leaves behind what this report reads:
 ``metrics.json`` (written by ``tinylm.runs.job``), ``error.txt`` (a job that failed),
@@ -18,8 +19,8 @@ finished jobs first, then the others that validated (interrupted, running), then
 
 Writes into the sweep folder: ``summary.csv`` (raw numbers, for a spreadsheet or pandas),
 ``summary.md`` (the table printed here) and ``val_loss_vs_params.png`` (best val loss against the
-parameter count, log scale, each point labelled with its job). What cannot be written there (a
-read-only folder, a folder in the way) is named in one line after the table.
+parameter count, log scale, each point labelled with its job: ``tinylm.runs.sweep_plot``). What cannot
+be written there (a read-only folder, a folder in the way) is named in one line after the table.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.folder import original_overrides
+from tinylm.runs.folder import composed_log_dir, newest_sweep_dir, original_overrides
 from tinylm.runs.job_files import (
     CLAIM,
     ERROR,
@@ -48,15 +49,13 @@ from tinylm.runs.job_files import (
     read_metrics,
 )
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
 # metrics.json fields shown, in column order
 METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_params", "tokens_per_second",
                  "wall_seconds", "steps")
 FORMATS = {"best_val_loss": "{:.4f}", "best_step": "{}", "val_loss": "{:.4f}", "val_bpc": "{:.3f}",
            "num_params": "{:,}", "tokens_per_second": "{:,.0f}", "wall_seconds": "{:.1f}", "steps": "{}"}
 CSV_NAME, MARKDOWN_NAME, PLOT_NAME = "summary.csv", "summary.md", "val_loss_vs_params.png"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its conf/, and outputs/ unless TINYLM_ROOT says otherwise
 MISSING, UNREADABLE_OVERRIDES = "missing", "unreadable .hydra/overrides.yaml"
 
 
@@ -238,55 +237,6 @@ def markdown(rows: list[dict], common: dict[str, str], title: str, jobs: str | N
     return "\n".join([*head, "", line(columns), rule, *(line(r) for r in cells)]) + "\n"
 
 
-def point_label(job: Job, swept: list[str]) -> str:
-    """'#3 n_embd=64 num_heads=4': the job and its swept settings by their last name part."""
-    settings = " ".join(f"{key.rsplit('.', 1)[-1]}={short(job.overrides.get(key, ''))}" for key in swept)
-    return f"#{job.name} {settings}".strip()
-
-
-def plot(jobs: list[Job], swept: list[str], title: str) -> Figure | None:
-    """Best val loss against parameter count (log x) for the jobs that validated; None if none did."""
-    done = [j for j in jobs if math.isfinite(j.best_val_loss) and (j.metrics.get("num_params") or 0) > 0]
-    if not done:
-        return None
-    from matplotlib.figure import Figure  # here: a report without a plot starts faster
-
-    fig = Figure(figsize=(8, 5), layout="constrained")
-    ax = fig.add_subplot()
-    params = [j.metrics["num_params"] for j in done]
-    losses = [j.best_val_loss for j in done]
-    ax.scatter(params, losses, color="tab:blue", zorder=2)
-    ax.set_xscale("log")
-    ax.margins(x=0.1, y=0.1)
-    middle = math.sqrt(min(params) * max(params))  # the middle of the log axis
-    same_size_below = Counter()  # jobs of one size (e.g. only the heads differ) get stacked labels
-    for job, x, y in sorted(zip(done, params, losses, strict=True), key=lambda point: point[2]):
-        right_half = x > middle  # label towards the middle, so labels stay inside the axes
-        offset = (-5 if right_half else 5, 4 + 9 * same_size_below[x])  # points
-        label = ax.annotate(point_label(job, swept), (x, y), xytext=offset, textcoords="offset points",
-                            ha="right" if right_half else "left", fontsize=7)
-        label.set_in_layout(False)  # a long label must not squeeze the axes
-        same_size_below[x] += 1
-    best = min(done, key=lambda j: j.best_val_loss)
-    ax.scatter([best.metrics["num_params"]], [best.best_val_loss], s=120, facecolors="none", edgecolors="tab:red",
-               zorder=3, label=f"best: job {best.name} ({best.best_val_loss:.4f})")
-    ax.set_xlabel("parameters (log scale)")
-    ax.set_ylabel("best val loss (nats/token)")
-    ax.set_title(f"sweep {title}: best val loss vs model size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    return fig
-
-
-def write_plot(fig: Figure | None, path: Path) -> None:
-    """The plot into ``path``; without one, no plot of an earlier report is left behind."""
-    path.unlink(missing_ok=True)
-    if fig is not None:
-        from tinylm.plots.figures import save_png
-
-        save_png(fig, path)
-
-
 def report(sweep_dir: str | Path) -> tuple[str, list[Path], list[str]]:
     """Write summary.csv, summary.md and the plot into ``sweep_dir``: (the Markdown, the files written,
     'name (why)' for each file that could not be written)."""
@@ -295,6 +245,8 @@ def report(sweep_dir: str | Path) -> tuple[str, list[Path], list[str]]:
     swept, common = split_overrides(jobs)
     rows = table_rows(jobs, swept)
     text = markdown(rows, common, sweep_dir.name, status_counts(jobs))
+    from tinylm.runs.sweep_plot import plot, write_plot  # matplotlib, when a job validated
+
     fig = plot(jobs, swept, sweep_dir.name)
     writers = {CSV_NAME: lambda path: write_csv(rows, path),
                MARKDOWN_NAME: lambda path: path.write_text(text, encoding="utf-8"),
@@ -310,27 +262,42 @@ def report(sweep_dir: str | Path) -> tuple[str, list[Path], list[str]]:
     return text, written, failed
 
 
+def newest_sweep() -> Path:
+    """The newest sweep under paths.log_dir (``<checkout>/outputs`` unless TINYLM_ROOT says otherwise), said."""
+    os.environ.setdefault("TINYLM_ROOT", str(ROOT))  # as train.py sets it
+    sweep_dir = newest_sweep_dir(composed_log_dir(ROOT / "conf", []))
+    print(f"the newest sweep: {sweep_dir}\n")
+    return sweep_dir
+
+
+def print_report(sweep_dir: Path) -> int:
+    """Print the sweep's table and what was written; 0, or 1 if a file could not be written."""
+    text, written, failed = report(sweep_dir)
+    print(text, end="")
+    if written:
+        print(f"\nwrote {', '.join(p.name for p in written)} in {sweep_dir}")
+    if failed:
+        print(f"error: could not write {', '.join(failed)} in {sweep_dir}: make that folder writable, or move "
+              "what is in the way; the table above is complete", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tinylm.runs.sweep_report",
         description="Tabulate a sweep's jobs, finished or still running, by best val loss (printed; summary.csv, "
                     "summary.md and val_loss_vs_params.png in the sweep folder).",
     )
-    parser.add_argument("sweep_dir", help="the sweep's folder, e.g. outputs/multirun/2026-11-29_08-00-00")
+    parser.add_argument("sweep_dir", nargs="?", help="the sweep's folder, e.g. outputs/multirun/2026-11-29_08-00-00 "
+                                                     "(default: the newest sweep under outputs/)")
     args = parser.parse_args(argv)
     try:
-        text, written, failed = report(args.sweep_dir)
+        sweep_dir = Path(args.sweep_dir) if args.sweep_dir else newest_sweep()
+        return print_report(sweep_dir)
     except TinyLMError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(text, end="")
-    if written:
-        print(f"\nwrote {', '.join(p.name for p in written)} in {args.sweep_dir}")
-    if failed:
-        print(f"error: could not write {', '.join(failed)} in {args.sweep_dir}: make that folder writable, or move "
-              "what is in the way; the table above is complete", file=sys.stderr)
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

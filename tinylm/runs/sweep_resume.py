@@ -35,7 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.runs.folder import composed_log_dir, original_overrides
+from tinylm.runs.folder import composed_log_dir, newest_sweep_dir, original_overrides
 from tinylm.runs.job_files import (
     CLAIM,
     MARKER,
@@ -61,12 +61,10 @@ def newest_sweep(argv: list[str], conf_dir: Path) -> list[str]:
     if not set(last) & set(argv):
         return argv
     locators = [a for a in argv[1:] if a.lstrip("+").startswith(("paths.", "paths/"))]
-    multirun = Path(composed_log_dir(conf_dir, locators)) / "multirun"
-    sweeps = [p.parent for p in multirun.glob("*/multirun.yaml")]
-    if not sweeps:
-        raise TinyLMError(f"hydra.sweep.dir=last: there is no sweep under {multirun}; "
-                          "run one with `python train.py -m ...`")
-    newest = max(sweeps, key=lambda p: (p.stat().st_mtime, p.name))
+    try:
+        newest = newest_sweep_dir(composed_log_dir(conf_dir, locators))
+    except TinyLMError as e:
+        raise TinyLMError(f"hydra.sweep.dir=last: {e}") from None
     print(f"hydra.sweep.dir=last: {newest}", flush=True)
     return [quote_values([f"hydra.sweep.dir={newest}"], ("hydra.sweep.dir",))[0] if a in last else a for a in argv]
 
