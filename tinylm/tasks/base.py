@@ -38,7 +38,8 @@ class Task:
         return None
 
     def validation_scores(self, counts: tuple[int, ...]) -> dict[str, float]:
-        """The logged validation scores (tag -> value) of the summed counts."""
+        """The logged validation scores (tag -> value) of the summed counts; a tag ``val/<name>`` is also
+        the run's metrics.json key ``val_<name>``."""
         return {}
 
     def generate(self, cfg: DictConfig, loaded: LoadedModel, prompt: str, seed: int) -> None:

@@ -205,9 +205,9 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
         "wall_seconds": wall,
     }
-    for key, tag in (("val_exact_match", "val/exact_match"), ("val_cer", "val/cer")):  # translation models
-        if tag in trainer.callback_metrics:
-            metrics[key] = float(trainer.callback_metrics[tag])
+    for tag, value in trainer.callback_metrics.items():  # the task's validation scores (Task.validation_scores)
+        if tag.startswith("val/"):
+            metrics[f"val_{tag.removeprefix('val/')}"] = float(value)
     metrics["interrupted"] = interrupt.interrupted_at is not None
     metrics["interrupted_by"] = signal.Signals(interrupt.signal).name if metrics["interrupted"] else None
     # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)

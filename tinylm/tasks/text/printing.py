@@ -41,11 +41,16 @@ class Sampler(NamedTuple):
     stream_text: Callable[..., Iterator[str]]  # (prompt_ids, max_new_tokens, stop=..., **sampling) -> pieces
 
 
+def say_checkpoint(path: Path, global_step: int | None, vocab_size: int, num_params: int, seed: int) -> None:
+    """On stderr, what generates: the checkpoint, its step, vocabulary and size, and the seed."""
+    print(f"checkpoint: {path} (step {global_step}, vocabulary {vocab_size}, {num_params:,} parameters); "
+          f"seed={seed}", file=sys.stderr)
+
+
 def print_samples(cfg, model: Sampler, prompt: str, seed: int) -> None:
     """Stream ``cfg.num_samples`` continuations of ``prompt`` to stdout (conf/generate.yaml's options in ``cfg``)."""
     prompt_ids = encode_prompt(model.tokenizer, prompt, cfg.unknown)
-    print(f"checkpoint: {model.path} (step {model.global_step}, vocabulary {model.tokenizer.vocab_size}"
-          f", {model.num_params:,} parameters); seed={seed}", file=sys.stderr)
+    say_checkpoint(model.path, model.global_step, model.tokenizer.vocab_size, model.num_params, seed)
 
     stop = unescape(str(cfg.stop)) if cfg.stop not in (None, "") else None
     shown_prompt = model.tokenizer.decode(prompt_ids) if prompt else ""

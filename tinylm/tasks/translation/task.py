@@ -13,7 +13,7 @@ from tinylm.models.seq2seq import PAD_ID
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
 from tinylm.tasks.text.attention import require_attention
-from tinylm.tasks.text.printing import printable
+from tinylm.tasks.text.printing import printable, say_checkpoint
 from tinylm.tasks.translation.decoding import translate_lines, translation_scores
 from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tasks.translation.symbols import IGNORE
@@ -35,8 +35,8 @@ class TranslationTask(Task):
         return translation_scores(model, batch)
 
     def validation_scores(self, counts) -> dict[str, float]:
-        exact, examples, edits, chars = counts
-        return {"val/exact_match": exact / examples, "val/cer": edits / max(chars, 1)}
+        exact_match, cer = rates(counts)
+        return {"val/exact_match": exact_match, "val/cer": cer}
 
     def generate(self, cfg, loaded, text: str, seed: int) -> None:
         """One translation per line of ``text``, one line each, in order; an empty line gives an empty line."""
@@ -48,8 +48,7 @@ class TranslationTask(Task):
         sources = text.split("\n")
         if len(sources) > 1 and sources[-1] == "":  # the final newline of a file ends its last line
             sources.pop()
-        print(f"checkpoint: {loaded.path} (step {loaded.global_step}, vocabulary {loaded.tokenizer.vocab_size}, "
-              f"{loaded.model.num_params():,} parameters); seed={seed}", file=sys.stderr)
+        say_checkpoint(loaded.path, loaded.global_step, loaded.tokenizer.vocab_size, loaded.model.num_params(), seed)
         translations = translate_lines(loaded.model, loaded.tokenizer, sources, cfg.unknown, cfg.beam_size,
                                        temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
                                        generator=torch.Generator().manual_seed(seed), use_cache=cfg.use_cache)
@@ -92,6 +91,13 @@ def score_pairs(model, examples: list, collate, batch_size: int) -> dict:
             loss += float(model.loss(batch)) * scored
             tokens += scored
             counts.append(translation_scores(model, batch))
-    exact, pairs, edits, chars = (sum(c) for c in zip(*counts, strict=True))
-    return {"loss": loss / tokens, "tokens": tokens, "pairs": pairs, "exact_match": exact / pairs,
-            "cer": edits / max(chars, 1)}
+    totals = tuple(sum(c) for c in zip(*counts, strict=True))
+    exact_match, cer = rates(totals)
+    return {"loss": loss / tokens, "tokens": tokens, "pairs": totals[1], "exact_match": exact_match, "cer": cer}
+
+
+def rates(counts: tuple[int, int, int, int]) -> tuple[float, float]:
+    """(exact match, character error rate) of summed counts (exact, examples, character edits, reference
+    characters), as ``translation_scores`` counts them."""
+    exact, examples, edits, chars = counts
+    return exact / examples, edits / max(chars, 1)
