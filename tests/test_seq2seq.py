@@ -35,7 +35,7 @@ from tinylm.training.config_checks import config_problems
 
 generate_cli = entry_point("generate.py")
 V = 13
-DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of the 600 held-out numbers (README)
+DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of the 600 held-out numbers (docs/translation.md)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -314,7 +314,7 @@ def test_train_generate_and_visualize(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_numbers_demo_reaches_the_reported_accuracy(tmp_path):
-    """experiment=numbers_zh as the README reports it: held-out exact match at the default 1,500 steps."""
+    """experiment=numbers_zh as docs/translation.md reports it: held-out exact match at the default 1,500 steps."""
     run_dir = tmp_path / "run"
     run_train(run_dir, "experiment=numbers_zh", "callbacks=minimal", "logger=none", "threads=1",
               "trainer.enable_progress_bar=false", timeout=900)

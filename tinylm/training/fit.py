@@ -72,7 +72,7 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
         module.model.compile()
         if cfg.trainer.get("accelerator") == "cpu" or not torch.cuda.is_available():
             log.warning("compile=true on a CPU: the first steps compile for up to a minute, and "
-                        "small models train slower than without it (see README, Performance)")
+                        "small models train slower than without it (see docs/performance.md)")
     return module
 
 
