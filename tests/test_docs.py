@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import ROOT, compose_config, entry_point
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -55,7 +55,7 @@ def first_values(overrides: list[str]) -> list[str]:
     """A sweep's overrides with each comma list (``a,b,c``) cut to its first value."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     out = []
-    for arg, override in zip(overrides, parsed):
+    for arg, override in zip(overrides, parsed, strict=True):
         if override.is_sweep_override():
             first = next(iter(override.sweep_string_iterator()))
             arg = f"{arg.partition('=')[0]}={first}"
