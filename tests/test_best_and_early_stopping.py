@@ -156,7 +156,7 @@ def test_without_validation_there_is_no_best(tmp_path, text):
     metrics, lines = train(run, text, *UNLOGGED, "trainer.max_steps=2", "+trainer.limit_val_batches=0")
     raw = json.loads((run / "metrics.json").read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
     assert raw["best_val_loss"] is None and raw["best_step"] is None and raw["val_loss"] is None
-    assert lines[-1] == f"final val loss nan (nan bits/char); run folder {run}"
+    assert lines[-1] == f"no validation ran (trainer.limit_val_batches=0); run folder {run}"
 
 
 def test_early_stopping_stops_after_patience_validations_without_a_better_loss(tmp_path, text):

@@ -166,7 +166,7 @@ def test_the_comparison_is_decided_by_exact_match(tmp_path):
         fake_run(tmp_path / "seq2seq" / name, [f"model={name}"], {"val_loss": 0.1, "val_exact_match": exact,
                                                                   "val_cer": round(1 - exact, 2) / 10,
                                                                   "num_params": params},
-                 {"val/exact_match": [0.1, exact]})
+                 {"loss/val_exact_match": [0.1, exact]})
     text = compare.write_report(tmp_path, compare.comparisons(20, 512)).read_text(encoding="utf-8")
     assert "## Translation: encoder-decoder vs decoder-only (`seq2seq`)" in text
     assert "Highest val_exact_match: **seq2seq** (0.9500)." in text
@@ -286,7 +286,7 @@ def test_train_generate_and_visualize(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
     events.Reload()
-    assert {"val/exact_match", "val/cer", "loss/val"} <= set(events.Tags()["scalars"])
+    assert {"loss/val_exact_match", "loss/val_cer", "loss/val"} <= set(events.Tags()["scalars"])
     assert {"maps/cross_attention_layer0", "maps/encoder_layer0"} <= set(events.Tags()["images"])
     assert any("translations" in tag for tag in events.Tags()["tensors"])
 

@@ -71,7 +71,7 @@ def text_tags(found: dict[str, set[str]]) -> set[str]:
 def translation_tags(found: dict[str, set[str]]) -> set[str]:
     return ({t for t in found["images"] if t.startswith(("maps/cross_attention", "maps/encoder", "maps/pair"))}
             | {t for t in found["tensors"] if t.startswith("translations")}
-            | {t for t in found["scalars"] if t.startswith("val/")})
+            | {t for t in found["scalars"] if t in ("loss/val_exact_match", "loss/val_cer")})
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def test_a_seq2seq_run_on_pairs_logs_the_translation_views_and_no_text_view(tmp_
     found = tags(run)
     assert {"maps/cross_attention_layer0", "maps/encoder_layer0"} <= found["images"]
     assert "translations/text_summary" in found["tensors"]
-    assert {"val/exact_match", "val/cer"} <= found["scalars"] and 0 <= metrics["val_exact_match"] <= 1
+    assert {"loss/val_exact_match", "loss/val_cer"} <= found["scalars"] and 0 <= metrics["val_exact_match"] <= 1
     assert text_tags(found) == set()
     assert "token_embedding" in " ".join(p.name for p in (run / "tensorboard").rglob("*"))  # the shared projector
     assert SKIPPED not in caplog.text
@@ -105,7 +105,7 @@ def test_a_gpt_on_pairs_is_decoder_only_and_logs_the_translation_views(tmp_path,
         train(cfg)
     found = tags(tmp_path / "run")
     assert "maps/pair_attention_layer0" in found["images"] and "translations/text_summary" in found["tensors"]
-    assert {"val/exact_match", "val/cer"} <= found["scalars"]
+    assert {"loss/val_exact_match", "loss/val_cer"} <= found["scalars"]
     assert text_tags(found) == set() and SKIPPED not in caplog.text and "failed" not in caplog.text
     assert load_model(tmp_path / "run" / "checkpoints" / "last.ckpt").task == "translation"
 

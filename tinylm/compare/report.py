@@ -14,9 +14,9 @@ from tinylm.plots.figures import save_png
 from tinylm.runs.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"
-VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc", "exact_match": "val/exact_match"}  # metric -> its tag
+VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc", "exact_match": "loss/val_exact_match"}  # metric -> its tag
 Y_LABELS = {"loss/val": "validation loss (nats/token)", "loss/val_bpc": "validation bits per character",
-            "val/exact_match": "validation exact match (greedy translations)"}
+            "loss/val_exact_match": "validation exact match (greedy translations)"}
 HIGHER_IS_BETTER = ("exact_match",)
 TRANSLATION_COLUMNS = {"exact_match": ("val_exact_match", "{:.1%}"), "cer": ("val_cer", "{:.3f}")}
 

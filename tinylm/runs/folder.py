@@ -1,9 +1,15 @@
-"""Run folders: unique ones, even for runs started in the same second, and the record Hydra keeps in them.
+"""Run folders: named by what the command line changed, unique even for runs started in the same
+second, and the record Hydra keeps in them.
 
-``hydra.run.dir`` is ``${unique_dir:${paths.log_dir}/runs/<time stamp>}``: the ``unique_dir``
-resolver claims the folder with an atomic ``mkdir``. When another run already holds that name it
-tries ``<name>-2``, ``<name>-3``, ... so two ``train.py`` started at once never share a folder
-(names still sort by start time). Within one process the same name always gives the same folder.
+``hydra.run.dir`` is ``${unique_dir:${paths.log_dir}/runs/<time stamp>,${run_name:<the overrides>}}``
+(conf/hydra/default.yaml): ``run_name`` words the command line's settings as sweep jobs are named
+(``model.n_embd=32,optim.lr=3e-4``), so the folder, and so the run's name in TensorBoard, says
+which run is which: ``runs/2026-12-02_07-32-18_model.n_embd=32,optim.lr=3e-4``; a plain
+``python train.py`` is named by its time alone. The time comes first, so names sort by start time.
+The ``unique_dir`` resolver claims the folder with an atomic ``mkdir``. When another run already
+holds that name it tries ``<time>-2_<settings>``, ``<time>-3_<settings>``, ... so two ``train.py``
+started at once never share a folder. Within one process the same name always gives the same folder.
+A resume is told its own folder (``hydra.run.dir``, ``tinylm.runs.resume``) and is never renamed.
 
 ``original_overrides`` reads back the command line a run was started with (``.hydra/overrides.yaml``),
 for resuming it, reusing it in a comparison and tabulating a sweep. A record that cannot be read
@@ -13,38 +19,97 @@ and how to restore it, never a traceback.
 
 from __future__ import annotations
 
-from pathlib import Path
+import hashlib
+import re
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path, PurePath
 
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from tinylm.errors import TinyLMError
 from tinylm.runs.job_files import JSON_TYPES
 
 HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
-_claimed: dict[str, str] = {}
+# Settings left out of a run's name: where it writes, how it runs or shows its progress, not what it
+# trains (as the HParams columns, tinylm.training.fit.NOT_SETTINGS, and the progress bar's switch).
+# The seed stays: it is what tells repeats of one experiment apart.
+NOT_IN_NAME = ("paths", "ckpt_path", "callbacks", "logger", "threads", "compile", "trainer.enable_progress_bar")
+FILE_KEYS = ("data.path",)  # named by the file's name: the folders above it would crowd out the settings
+NAME_BYTES = 200  # the longest settings part of a folder name (UTF-8); past it, a hash stands for the rest
+_UNSAFE = re.compile(r"_*[^\w.+@-]+_*|_{2,}")  # \w: letters (CJK too), digits and _; the rest is one _
+_claimed: dict[tuple[str, str], str] = {}
 
 
-def claim_unique_dir(path: str) -> str:
-    """Create and return ``path``, or the first free ``path-N``; the same answer for the same path."""
-    if path not in _claimed:
+def claim_unique_dir(path: str, name: str = "") -> str:
+    """Create and return ``path_name`` (``path`` without a name), or the first free ``path-N_name``;
+    the same answer for the same path and name."""
+    if (path, name) not in _claimed:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        candidate, n = Path(path), 1
+        tail = f"_{name}" if name else ""
+        candidate, n = Path(path + tail), 1
         while True:
             try:
                 candidate.mkdir()
                 break
             except FileExistsError:
                 n += 1
-                candidate = Path(f"{path}-{n}")
-        _claimed[path] = str(candidate)
-    return _claimed[path]
+                candidate = Path(f"{path}-{n}{tail}")
+        _claimed[path, name] = str(candidate)
+    return _claimed[path, name]
+
+
+def _safe(text: str) -> str:
+    """``text`` safe in a file name, a shell word and a TensorBoard run name: each run of other
+    characters than letters, digits and ``.+@-`` (``/``, spaces, quotes, brackets, commas, ...) is one
+    ``_``, none at either end."""
+    return _UNSAFE.sub("_", unicodedata.normalize("NFC", text)).strip("_")
+
+
+def _capped(items: list[str]) -> str:
+    """``items`` joined by commas; past NAME_BYTES the whole settings that fit, then ``...<hash of all>``."""
+    whole = ",".join(items)
+    if len(whole.encode()) <= NAME_BYTES:
+        return whole
+    digest = hashlib.sha1(whole.encode()).hexdigest()[:8]
+    room = NAME_BYTES - len(",...") - len(digest)
+    kept = []
+    for item in items:
+        if len(",".join([*kept, item]).encode()) > room:
+            break
+        kept.append(item)
+    if not kept:  # the first setting alone is too long: as much of it as fits
+        return f"{items[0].encode()[:room].decode(errors='ignore')}...{digest}"
+    return f"{','.join(kept)},...{digest}"
+
+
+def run_name(overrides: Iterable[str]) -> str:
+    """The settings part of a run folder's name: ``key=value,...`` of the command line's overrides as
+    given (each key once, its last value), without those of NOT_IN_NAME; empty for none."""
+    chosen = {}
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if any(key == k or key.startswith((k + ".", k + "/")) for k in NOT_IN_NAME):
+            continue
+        value = override.value()
+        if not isinstance(value, str):  # numbers, lists, null: as typed (3e-4, not 0.0003)
+            value = override.input_line.partition("=")[2]
+        elif key in FILE_KEYS:
+            value = PurePath(value).name
+        chosen.pop(key, None)
+        chosen[key] = f"~{_safe(key)}" if override.is_delete() else f"{_safe(key)}={_safe(value)}"
+    return _capped(list(chosen.values())) if chosen else ""
 
 
 def register_resolvers() -> None:
-    """Make ``${unique_dir:...}`` available to the training config (see conf/hydra/default.yaml)."""
+    """Make ``${unique_dir:...}`` and ``${run_name:...}`` available to the training config (see
+    conf/hydra/default.yaml)."""
     if not OmegaConf.has_resolver("unique_dir"):
         OmegaConf.register_new_resolver("unique_dir", claim_unique_dir)
+    if not OmegaConf.has_resolver("run_name"):
+        OmegaConf.register_new_resolver("run_name", run_name)
 
 
 def read_record(path: Path) -> object:

@@ -22,7 +22,8 @@ class Task:
     name: str  # what checkpoints record (the LightningModule's ``task`` hyperparameter)
     data_target: str  # the data group's ``_target_`` that trains this task
     views: tuple[str, ...] = ()  # its entries of the callbacks group (conf/callbacks/default.yaml)
-    headline: str | None = None  # the validation score on the progress bar
+    headline: str | None = None  # the validation score (its name in validation_scores) on the progress bar
+    score_words: dict[str, str] = {}  # how the final log line names its validation scores (else: the name)
     export_problem: str | None = None  # why export.py cannot export its checkpoints; None: it can
 
     def config_problems(self, cfg: DictConfig, model_class: type) -> list[str]:
@@ -38,8 +39,8 @@ class Task:
         return None
 
     def validation_scores(self, counts: tuple[int, ...]) -> dict[str, float]:
-        """The logged validation scores (tag -> value) of the summed counts; a tag ``val/<name>`` is also
-        the run's metrics.json key ``val_<name>``."""
+        """The validation scores (name -> value) of the summed counts: logged as ``loss/val_<name>`` (beside
+        loss/val in TensorBoard), the run's metrics.json key ``val_<name>`` and in its final log line."""
         return {}
 
     def generate(self, cfg: DictConfig, loaded: LoadedModel, prompt: str, seed: int) -> None:

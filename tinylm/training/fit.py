@@ -35,7 +35,7 @@ from tinylm.tasks import model_class_of, task_of_config, views_left_out
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
-from tinylm.training.module import LitLanguageModel
+from tinylm.training.module import LitLanguageModel, score_tag
 from tinylm.training.safety import AtomicCheckpointIO, GracefulInterrupt
 
 log = logging.getLogger(__name__)
@@ -205,9 +205,10 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         "tokens_per_second": steps * datamodule.batch_size * cfg.model.block_size / wall,
         "wall_seconds": wall,
     }
-    for tag, value in trainer.callback_metrics.items():  # the task's validation scores (Task.validation_scores)
-        if tag.startswith("val/"):
-            metrics[f"val_{tag.removeprefix('val/')}"] = float(value)
+    # the task's validation scores (Task.validation_scores), as logged: the last validation's
+    scores = {name: float(trainer.callback_metrics[score_tag(name)]) for name in module.score_names
+              if score_tag(name) in trainer.callback_metrics}
+    metrics.update({f"val_{name}": value for name, value in scores.items()})
     metrics["interrupted"] = interrupt.interrupted_at is not None
     metrics["interrupted_by"] = signal.Signals(interrupt.signal).name if metrics["interrupted"] else None
     # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)
@@ -218,10 +219,23 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         if metrics["stopped_early"]:
             log.info("stopped early at step %d of trainer.max_steps=%d: %s did not improve in %d validations",
                      trainer.global_step, cfg.trainer.max_steps, stopping.monitor, stopping.wait_count)
-        best = metrics["best_val_loss"]
-        best = "" if best is None else f", best {best:.4f} at step {metrics['best_step']}"
-        log.info("final val loss %.4f (%.3f bits/char)%s; run folder %s", val_loss, val_bpc, best, output_dir)
+        log.info("%s; run folder %s", final_result(cfg, metrics, scores, module.task.score_words), output_dir)
     return metrics
+
+
+def final_result(cfg: DictConfig, metrics: dict, scores: dict[str, float], words: dict[str, str]) -> str:
+    """What the final log line says of the run's result: the last val loss, the task's scores (worded
+    as the task names them) and the best val loss; or that no validation ran, and why where it is known."""
+    if metrics["val_loss"] is None:  # a non-finite loss stops training (LitLanguageModel._check_finite)
+        if cfg.trainer.get("limit_val_batches") == 0:
+            debug = HydraConfig.get().runtime.choices.get("debug") if HydraConfig.initialized() else None
+            return f"no validation ran ({f'debug={debug}: ' if debug else ''}trainer.limit_val_batches=0)"
+        return "no validation ran" + (" (interrupted before the first one)" if metrics["interrupted"] else "")
+    parts = [f"final val loss {metrics['val_loss']:.4f} ({metrics['val_bpc']:.3f} bits/char)"]
+    parts += [f"{words.get(name, name)} {value:.3f}" for name, value in scores.items()]
+    if metrics["best_val_loss"] is not None:
+        parts.append(f"best {metrics['best_val_loss']:.4f} at step {metrics['best_step']}")
+    return ", ".join(parts)
 
 
 def chosen_settings(cfg: DictConfig) -> dict:

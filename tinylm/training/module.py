@@ -6,7 +6,7 @@ the models' shared interface, a batch in, the loss out (``loss(batch)``). The op
 (``optim._target_`` with ``_partial_: true``, e.g. ``adamw`` below), called with the parameter
 groups. Its task (``tinylm.tasks``) may score it further at each validation: on translation pairs
 (``data=pairs``), the exact match and the character error rate of its greedy translations
-(``val/exact_match``, ``val/cer``).
+(``loss/val_exact_match``, ``loss/val_cer``: ``score_tag``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key), the data's identity (``data``: token count, hash of the ids) and the
@@ -28,6 +28,12 @@ from tinylm.models import LanguageModel, model_config
 from tinylm.tasks import get_task
 
 LN2 = math.log(2)
+
+
+def score_tag(name: str) -> str:
+    """The tag of the task's validation score ``name``: ``loss/val_<name>``. TensorBoard groups the
+    scalars by the part of the tag before the first ``/``, so it is shown beside ``loss/val``."""
+    return f"loss/val_{name}"
 
 
 def warmup_cosine(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> float:
@@ -97,6 +103,7 @@ class LitLanguageModel(L.LightningModule):
         # what the data module says of its data (token count, hash of the ids): set by the training job
         self.data_identity: dict | None = None
         self._task_counts: list[tuple[int, ...]] = []  # the task's counts of each validation batch
+        self.score_names: tuple[str, ...] = ()  # the task's validation scores, once a validation has scored them
 
     def training_step(self, batch, batch_idx):
         loss = self.model.loss(batch)
@@ -128,8 +135,10 @@ class LitLanguageModel(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self._task_counts:
             totals = tuple(sum(c) for c in zip(*self._task_counts, strict=True))
-            for tag, value in self.task.validation_scores(totals).items():
-                self.log(tag, value, prog_bar=tag == self.task.headline, sync_dist=True)
+            scores = self.task.validation_scores(totals)
+            for name, value in scores.items():
+                self.log(score_tag(name), value, prog_bar=name == self.task.headline, sync_dist=True)
+            self.score_names = tuple(scores)
         # loss/val is the mean over the validation batches here; checkpoints are saved after this hook
         loss = self.trainer.callback_metrics.get("loss/val")
         if not self.trainer.sanity_checking and loss is not None and float(loss) < self.best_val_loss:

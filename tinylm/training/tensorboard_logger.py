@@ -5,7 +5,8 @@ by what they sweep.
   that scalar is a flat line at 0 that only pushes the real curves down the first screen.
 - In a sweep, each job's TensorBoard run is named by its swept settings
   (``<job>/tensorboard/model.n_embd=32,model.num_heads=2``), so the run list and every legend say
-  which curve is which. A single run keeps its time-stamped folder as its name.
+  which curve is which. A single run is named by its folder: its start time and the settings its
+  command line changed (``tinylm.runs.folder.run_name``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ class TranslationTask(Task):
     name = "translation"
     data_target = "tinylm.tasks.translation.data.PairDataModule"
     views = ("translation_samples", "translation_maps")
-    headline = "val/exact_match"
+    headline = "exact_match"
+    score_words = {"exact_match": "exact match", "cer": "CER"}
     export_problem = ("was trained on translation pairs (data=pairs), and an ONNX export only continues text: "
                       "translate with `python generate.py ckpt_path=<that checkpoint>`")
 
@@ -36,7 +37,7 @@ class TranslationTask(Task):
 
     def validation_scores(self, counts) -> dict[str, float]:
         exact_match, cer = rates(counts)
-        return {"val/exact_match": exact_match, "val/cer": cer}
+        return {"exact_match": exact_match, "cer": cer}
 
     def generate(self, cfg, loaded, text: str, seed: int) -> None:
         """One translation per line of ``text``, one line each, in order; an empty line gives an empty line."""
