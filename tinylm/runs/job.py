@@ -10,7 +10,9 @@
   already trained to ``trainer.max_steps`` is not trained again;
 - what an earlier attempt left goes: its ``error.txt``, its half-written checkpoints;
 - ``metrics.json`` when training ends, ``error.txt`` when a sweep job fails, exit 130 or 143 after
-  Ctrl-C or SIGTERM; a parallel sweep job gets an even share of the cores (``thread_share``).
+  Ctrl-C or SIGTERM; a parallel sweep job gets an even share of the cores (``thread_share``), and any
+  other run on a machine already busier than its cores is told that ``threads=1`` may train faster
+  (``warn_if_busy``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ def run(cfg: DictConfig) -> dict:
         if share and not cfg.threads:
             log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
                      "parallel jobs (set threads= to choose)", share, HydraConfig.get().launcher.n_jobs)
+        elif not cfg.threads and rank_zero_only.rank == 0:
+            warn_if_busy()
         output_dir = Path(cfg.paths.output_dir)
         ckpt_path = resolve_path(continue_requeued(cfg))
         in_the_run = not ckpt_path
@@ -140,8 +144,27 @@ def thread_share() -> int | None:
         return None
     from joblib import effective_n_jobs
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // effective_n_jobs(HydraConfig.get().launcher.n_jobs))
+    return max(1, usable_cores() // effective_n_jobs(HydraConfig.get().launcher.n_jobs))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def warn_if_busy() -> None:
+    """One warning line when the machine is already busier than its cores (the 1-minute load average
+    above them): PyTorch's threads then wait for each other (on a busy 2-core machine 2 threads trained
+    4-8x slower than 1), and ``threads=1`` is the fix. The default number of threads stays as it is."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this system (Windows)
+        return
+    cores = usable_cores()
+    if load > cores:
+        log.warning("this machine is busy: its load average over the last minute is %.1f for %d usable core(s), "
+                    "and PyTorch's threads wait for each other on busy cores: if training is slow, train "
+                    "with threads=1", load, cores)
 
 
 def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:
