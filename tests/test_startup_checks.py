@@ -82,14 +82,15 @@ def test_the_built_in_models_are_checked_by_their_config_classes_checks():
 
 
 @pytest.fixture
-def until_built(monkeypatch):
-    """``job.run`` up to the point where it builds the data: the threads are set and said by then."""
+def until_fit(monkeypatch):
+    """``job.run`` up to ``fit``, with nothing built: the threads are set and said by then."""
     threads = torch.get_num_threads()
 
-    def stop(cfg):
-        raise TinyLMError("stopped before building")
+    def stop(*args):
+        raise TinyLMError("stopped before fitting")
 
-    monkeypatch.setattr(job, "build", stop)
+    monkeypatch.setattr(job, "build", lambda cfg: (None, None))
+    monkeypatch.setattr(job, "fit", stop)
     yield
     torch.set_num_threads(threads)
 
@@ -103,7 +104,7 @@ def warnings_of(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == job.__name__ and r.levelno == logging.WARNING]
 
 
-def test_a_run_on_a_busy_machine_says_threads_1_may_be_faster(tmp_path, monkeypatch, caplog, until_built):
+def test_a_run_on_a_busy_machine_says_threads_1_may_be_faster(tmp_path, monkeypatch, caplog, until_fit):
     busy(monkeypatch, load=3.5)
     with caplog.at_level(logging.WARNING), pytest.raises(TinyLMError):
         job.run(compose(*TINY_MODEL, output_dir=tmp_path))
@@ -114,7 +115,7 @@ def test_a_run_on_a_busy_machine_says_threads_1_may_be_faster(tmp_path, monkeypa
 
 @pytest.mark.parametrize("load, overrides, share", [(1.9, [], None), (3.5, ["threads=2"], None), (3.5, [], 1)])
 def test_no_warning_when_idle_when_threads_are_chosen_or_in_a_sweep_jobs_share(
-        tmp_path, monkeypatch, caplog, until_built, load, overrides, share):
+        tmp_path, monkeypatch, caplog, until_fit, load, overrides, share):
     busy(monkeypatch, load)
     monkeypatch.setattr(job, "thread_share", lambda: share)
     hydra = SimpleNamespace(launcher=SimpleNamespace(n_jobs=2))  # a joblib sweep's, for its own log line

@@ -97,8 +97,6 @@ def run(cfg: DictConfig) -> dict:
         if share and not cfg.threads:
             log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
                      "parallel jobs (set threads= to choose)", share, HydraConfig.get().launcher.n_jobs)
-        elif not cfg.threads and rank_zero_only.rank == 0:
-            warn_if_busy()
         output_dir = Path(cfg.paths.output_dir)
         ckpt_path = resolve_path(continue_requeued(cfg))
         in_the_run = not ckpt_path
@@ -115,6 +113,8 @@ def run(cfg: DictConfig) -> dict:
                     log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
                              step, ckpt_path, cfg.trainer.max_steps)
             in_the_run = True
+            if not (share or cfg.threads) and rank_zero_only.rank == 0:  # after a resume's checks: none is logged
+                warn_if_busy()
             if rank_zero_only.rank == 0:  # what an earlier attempt left: its error, half-written checkpoints
                 (output_dir / ERROR).unlink(missing_ok=True)
                 for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):

@@ -10,7 +10,7 @@ a ``_target_`` entry's constructor, the model's config fields), the model with
 traceback from deep inside Lightning, numpy or torch.
 
 Most of it needs no torch (``validate(cfg, quick=True)``): train.py runs that part first, so that a
-bad value is refused in about the time Python takes to start. The rest asks Lightning or torch
+bad value is refused sooner than ``import torch`` alone would take. The rest asks Lightning or torch
 (the accelerator, strategy, precision and devices), imports the classes the config names (the keys
 their constructors take, a model class of the user's own), or the task: ``validate(cfg)`` runs all.
 """
