@@ -22,18 +22,36 @@ NUM_HEADS = ("model.n_embd=64 is not divisible by model.num_heads=3: use model.n
              "for n_embd (e.g. 66)")
 
 
-def test_a_config_error_is_said_before_torch_or_lightning_is_imported(tmp_path):
-    """Import-time behaviour, so a process: every module it imported is in ``-X importtime``'s report."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}",
-                           "model.num_heads=3"], capture_output=True, text=True, timeout=300)
+def refused(script: str, *args: str) -> tuple[list[str], set[str]]:
+    """Run a command that is refused: (its stderr lines, the modules it imported). Import-time behaviour,
+    so a process: every module it imported is in ``-X importtime``'s report."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), *args], capture_output=True,
+                          text=True, timeout=300)
     lines = proc.stderr.splitlines()
-    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
-    said = [line for line in lines if not line.startswith("import time:")]
     assert proc.returncode == 1
+    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+    return [line for line in lines if not line.startswith("import time:")], imported
+
+
+def heavy(imported: set[str]) -> set[str]:
+    return {name for name in imported if name.split(".")[0] in ("torch", "lightning", "numpy")}
+
+
+def test_a_config_error_is_said_before_torch_or_lightning_is_imported(tmp_path):
+    said, imported = refused("train.py", f"hydra.run.dir={tmp_path}", "model.num_heads=3")
     assert said == [f"error: invalid config: {NUM_HEADS}"]
-    assert "tinylm.training.config_checks" in imported
-    assert not {name for name in imported if name.split(".")[0] in ("torch", "lightning", "numpy")}
+    assert "tinylm.training.config_checks" in imported and not heavy(imported)
     assert said[0] in (tmp_path / "train.log").read_text()  # a new run keeps its error, as before
+
+
+@pytest.mark.parametrize("script, option, error", [
+    ("generate.py", "temperature=-1", "error: temperature=-1 must be a number >= 0"),
+    ("evaluate.py", "stride=0", "error: stride=0 must be an integer from 1"),
+    ("export.py", "out=model.txt", "error: out=model.txt must end in .onnx"),
+])
+def test_the_other_commands_refuse_a_bad_option_before_torch_is_imported(script, option, error):
+    said, imported = refused(script, option)
+    assert len(said) == 1 and said[0].startswith(error) and not heavy(imported)
 
 
 BAD = {  # override(s) -> the one line both checks give
