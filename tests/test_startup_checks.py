@@ -78,6 +78,16 @@ def test_the_quick_check_says_what_the_whole_check_says(tmp_path, overrides):
     assert config_problems(cfg, quick=True) == config_problems(cfg) == [BAD[overrides]]
 
 
+PRESETS = [f"{group}={path.stem}" for group in ("experiment", "model", "data", "debug")
+           for path in sorted((ROOT / "conf" / group).glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_passes_the_quick_check(tmp_path, preset):
+    """It never refuses what the whole check lets through (model=seq2seq alone is the task's to refuse)."""
+    assert config_problems(compose(preset, output_dir=tmp_path), quick=True) == []
+
+
 @pytest.mark.parametrize("overrides", ["trainer.accelerator=tpu", "model=seq2seq", "+model.n_emb=32",
                                        "+trainer.foo=1"])
 def test_what_needs_torch_lightning_or_the_classes_is_left_to_the_whole_check(tmp_path, overrides):
