@@ -17,10 +17,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.checkpoint import load_model
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
-from tinylm.onnx.export import export_onnx, require_export_packages
 from tinylm.tasks import get_task
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -45,7 +43,10 @@ def output_path(cfg: DictConfig) -> Path | None:
 
 
 def run(cfg: DictConfig) -> Path:
-    out = output_path(cfg)
+    out = output_path(cfg)  # a bad out= is refused before torch is imported
+    from tinylm.checkpoint import load_model
+    from tinylm.onnx.export import export_onnx, require_export_packages
+
     require_export_packages()
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)

@@ -17,6 +17,8 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
     from pathlib import Path
 
     import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig
 
     from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, quote_values
@@ -31,8 +33,25 @@ ROOT = Path(__file__).resolve().parent
 os.environ.setdefault("TINYLM_ROOT", str(ROOT))
 
 
+def check_quickly(cfg: DictConfig) -> None:
+    """Refuse a bad value before torch and Lightning are imported (``validate(cfg, quick=True)``): one
+    ``error:`` line, also in a new run's train.log, as the training job says every error
+    (``tinylm.runs.job``, which checks the whole config again, with torch)."""
+    from tinylm.training.config_checks import validate
+    from tinylm.training.logs import log_error_to_files
+
+    try:
+        validate(cfg, quick=True)
+    except TinyLMError as e:
+        if not cfg.ckpt_path:  # a resume writes nothing into its run folder until it is checked
+            log_error_to_files(f"error: {e}")
+        raise SystemExit(f"error: {e}") from None
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    if HydraConfig.get().mode == RunMode.RUN:  # a sweep job says a bad config in its own folder (error.txt)
+        check_quickly(cfg)
     from tinylm.runs.job import main as train_main
 
     return train_main(cfg)

@@ -23,7 +23,8 @@ from torch.nn import functional as F
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.models import ModelConfig, build_model
-from tinylm.models.base import Decoder, size_problems
+from tinylm.models.base import Decoder
+from tinylm.models.checks import size_problems
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.tasks.text.sampling import generate
 from tinylm.training.config_checks import config_problems

@@ -8,31 +8,54 @@ its class by ``arch`` alone for the architectures below (``gpt`` when absent, as
 so that older readers rebuild it too, and by ``_target_`` for any other class: one in a tinylm
 module loads as it is, one elsewhere once the program has imported its module (a checkpoint never
 makes tinylm import a module of its choosing, nor call anything but a ``LanguageModel`` subclass).
+
+Importing the package imports no torch: a model class is imported when it is asked for or built.
 """
 
 from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 
-from tinylm.models.base import LanguageModel, ModelConfig
-from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.models.rnn import RNNConfig, RNNLanguageModel
-from tinylm.models.seq2seq import Seq2Seq, Seq2SeqConfig
+from tinylm.models.gpt_checks import gpt_config_problems
+from tinylm.models.rnn_checks import rnn_config_problems
+from tinylm.models.seq2seq_checks import seq2seq_config_problems
 
-# arch -> (config dataclass, model class): the classes a checkpoint names by its arch
-ARCHITECTURES: dict[str, tuple[type[ModelConfig], type[LanguageModel]]] = {
-    "gpt": (GPTConfig, GPT),
-    "lstm": (RNNConfig, RNNLanguageModel),
-    "gru": (RNNConfig, RNNLanguageModel),
-    "seq2seq": (Seq2SeqConfig, Seq2Seq),
+if TYPE_CHECKING:
+    from tinylm.models.base import LanguageModel, ModelConfig
+
+# arch -> (the model class a checkpoint names by that arch, the checks of its config). By name: importing
+# this package imports no torch (the model classes do), so that train.py checks a config's values
+# (``model_config_problems``) before torch is imported. A class's config dataclass has the same checks
+# (its ``problems``).
+BUILT_IN: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
+    "gpt": ("tinylm.models.gpt.GPT", gpt_config_problems),
+    "lstm": ("tinylm.models.rnn.RNNLanguageModel", rnn_config_problems),
+    "gru": ("tinylm.models.rnn.RNNLanguageModel", rnn_config_problems),
+    "seq2seq": ("tinylm.models.seq2seq.Seq2Seq", seq2seq_config_problems),
 }
+CHECKS = dict(BUILT_IN.values())  # a built-in class's name -> the checks of its config
 
-__all__ = ["ARCHITECTURES", "LanguageModel", "ModelConfig", "NotImported", "build_model", "config_class", "model_class",
-           "model_config", "model_config_problems"]
+__all__ = ["ARCHITECTURES", "BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build_model", "config_class",
+           "model_class", "model_config", "model_config_problems"]
+
+
+def __getattr__(name: str):
+    """The names that are torch's classes, imported on first use: ``LanguageModel``, ``ModelConfig`` and
+    ``ARCHITECTURES`` (arch -> (config dataclass, model class), the classes of ``BUILT_IN``)."""
+    if name in ("LanguageModel", "ModelConfig"):
+        from tinylm.models import base
+
+        return getattr(base, name)
+    if name == "ARCHITECTURES":
+        classes = {arch: _locate(target) for arch, (target, _) in BUILT_IN.items()}
+        return {arch: (config_class(cls), cls) for arch, cls in classes.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class NotImported(ValueError):
@@ -73,15 +96,14 @@ def model_class(config: dict, imports: bool = True) -> type[LanguageModel]:
     target = config.get("_target_")
     if target is None:
         arch = config.get("arch", "gpt")
-        if arch not in ARCHITECTURES:
-            choices = ", ".join(ARCHITECTURES)
+        if arch not in BUILT_IN:
+            choices = ", ".join(BUILT_IN)
             raise ValueError(f"model.arch={arch!r}: choose one of {choices} (model=gpt, model=lstm or model=seq2seq)")
-        return ARCHITECTURES[arch][1]
-    known = {class_name(cls): cls for _, cls in ARCHITECTURES.values()}
+        return _locate(BUILT_IN[arch][0])
     if not isinstance(target, str):
         found = None
-    elif target in known:
-        found = known[target]
+    elif target in CHECKS:
+        found = _locate(target)
     elif imports:
         try:
             found = _locate(target)
@@ -93,6 +115,8 @@ def model_class(config: dict, imports: bool = True) -> type[LanguageModel]:
             raise NotImported(f"its model class {target} is not one of tinylm's and no imported module has it: "
                               f"import {target.rpartition('.')[0]} first, then load it (tinylm never imports a module "
                               "a checkpoint names)")
+    from tinylm.models.base import LanguageModel
+
     if not (isinstance(found, type) and issubclass(found, LanguageModel)):
         raise ValueError(f"model._target_={target!r} is not a model: name a subclass of tinylm.models.LanguageModel")
     return found
@@ -100,6 +124,8 @@ def model_class(config: dict, imports: bool = True) -> type[LanguageModel]:
 
 def config_class(cls: type[LanguageModel]) -> type[ModelConfig]:
     """The config dataclass a model class takes: the annotation of its ``__init__``'s ``config``."""
+    from tinylm.models.base import ModelConfig
+
     try:
         found = inspect.signature(cls.__init__, eval_str=True).parameters["config"].annotation
     except (KeyError, NameError):
@@ -115,16 +141,20 @@ def _fields(config: dict) -> dict:
 
 
 def model_config_problems(cfg: dict, imports: bool = True) -> list[str]:
-    """Everything wrong with a model config of any class, each one line."""
+    """Everything wrong with a model config of any class, each one line. A config of a built-in class
+    (``BUILT_IN``: by its ``_target_`` or its ``arch``) is checked without importing torch."""
+    target, arch = cfg.get("_target_"), cfg.get("arch", "gpt")
+    if target is None and arch in BUILT_IN:
+        return BUILT_IN[arch][1](_fields(cfg))
+    if isinstance(target, str) and target in CHECKS:
+        if arch in BUILT_IN and BUILT_IN[arch][0] != target:
+            return [f"model.arch={arch} does not fit model._target_={target}: choose the model with "
+                    "model=<name> (conf/model/), which sets both"]
+        return CHECKS[target](_fields(cfg))
     try:
-        cls = model_class(cfg, imports)
-        config = config_class(cls)
+        config = config_class(model_class(cfg, imports))
     except ValueError as e:
         return [str(e)]
-    arch = cfg.get("arch")
-    if "_target_" in cfg and arch in ARCHITECTURES and ARCHITECTURES[arch][1] is not cls:
-        return [f"model.arch={arch} does not fit model._target_={cfg['_target_']}: choose the model with "
-                "model=<name> (conf/model/), which sets both"]
     return config.problems(_fields(cfg))
 
 
@@ -138,6 +168,6 @@ def build_model(config: dict, imports: bool = True) -> LanguageModel:
 def model_config(model: LanguageModel) -> dict:
     """What a checkpoint stores of a model: its config's fields, and ``_target_`` for a class its arch does not name."""
     config = asdict(model.config)
-    if ARCHITECTURES.get(config.get("arch"), (None, None))[1] is not type(model):
+    if BUILT_IN.get(config.get("arch"), (None,))[0] != class_name(type(model)):
         config["_target_"] = class_name(type(model))
     return config

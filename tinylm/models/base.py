@@ -48,19 +48,6 @@ class ModelConfig:
         return tuple(f.name for f in fields(cls) if f.name != "vocab_size" and f.name not in cls.free_keys)
 
 
-def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
-    """Sizes (``keys``) that are not positive integers, and a dropout outside [0, 1)."""
-    problems = []
-    for key in keys:
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            problems.append(f"model.{key}={value!r} must be a positive integer")
-    dropout = cfg.get("dropout")
-    if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
-        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
-    return problems
-
-
 @contextmanager
 def eval_no_grad(model: nn.Module):
     """Eval mode and no autograd for one step, then the model's own mode back.

@@ -7,7 +7,7 @@ settings every Transformer here shares (heads, positions): the encoder-decoder's
 
 from __future__ import annotations
 
-from tinylm.models.base import size_problems
+from tinylm.models.checks import size_problems
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ATTN_IMPLS = ("sdpa", "explicit")

@@ -19,11 +19,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from tinylm.models.base import Decoder, ModelConfig, size_problems
+from tinylm.models.base import Decoder, ModelConfig
 from tinylm.models.ops import Dropout
+from tinylm.models.rnn_checks import rnn_config_problems
 from tinylm.models.tracing import trace
-
-RNN_ARCHS = ("lstm", "gru")
 
 
 @dataclass
@@ -37,10 +36,7 @@ class RNNConfig(ModelConfig):
 
     @classmethod
     def problems(cls, cfg: dict) -> list[str]:
-        problems = size_problems(cfg, ("vocab_size", "block_size", "n_embd", "hidden_size", "num_layers"))
-        if cfg.get("arch") not in RNN_ARCHS:
-            problems.append(f"model.arch={cfg.get('arch')!r}: choose one of {', '.join(RNN_ARCHS)}")
-        return problems
+        return rnn_config_problems(cfg)
 
 
 class RNNState:

@@ -6,7 +6,7 @@ GPT's (``attention_problems``: the same attention).
 
 from __future__ import annotations
 
-from tinylm.models.base import size_problems
+from tinylm.models.checks import size_problems
 from tinylm.models.gpt_checks import attention_problems
 
 SIZES = ("vocab_size", "block_size", "n_embd", "num_heads", "encoder_layers", "decoder_layers")

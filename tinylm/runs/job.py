@@ -10,7 +10,9 @@
   already trained to ``trainer.max_steps`` is not trained again;
 - what an earlier attempt left goes: its ``error.txt``, its half-written checkpoints;
 - ``metrics.json`` when training ends, ``error.txt`` when a sweep job fails, exit 130 or 143 after
-  Ctrl-C or SIGTERM; a parallel sweep job gets an even share of the cores (``thread_share``).
+  Ctrl-C or SIGTERM; a parallel sweep job gets an even share of the cores (``thread_share``), and any
+  other run on a machine already busier than its cores is told that ``threads=1`` may train faster
+  (``warn_if_busy``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def run(cfg: DictConfig) -> dict:
                     log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
                              step, ckpt_path, cfg.trainer.max_steps)
             in_the_run = True
+            if not (share or cfg.threads) and rank_zero_only.rank == 0:  # after a resume's checks: none is logged
+                warn_if_busy()
             if rank_zero_only.rank == 0:  # what an earlier attempt left: its error, half-written checkpoints
                 (output_dir / ERROR).unlink(missing_ok=True)
                 for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):
@@ -140,8 +144,27 @@ def thread_share() -> int | None:
         return None
     from joblib import effective_n_jobs
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // effective_n_jobs(HydraConfig.get().launcher.n_jobs))
+    return max(1, usable_cores() // effective_n_jobs(HydraConfig.get().launcher.n_jobs))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def warn_if_busy() -> None:
+    """One warning line when the machine is already busier than its cores (the 1-minute load average
+    above them): PyTorch's threads then wait for each other (on a busy 2-core machine 2 threads trained
+    4-8x slower than 1), and ``threads=1`` is the fix. The default number of threads stays as it is."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this system (Windows)
+        return
+    cores = usable_cores()
+    if load > cores:
+        log.warning("this machine is busy: its load average over the last minute is %.1f for %d usable core(s), "
+                    "and PyTorch's threads wait for each other on busy cores: if training is slow, train "
+                    "with threads=1", load, cores)
 
 
 def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:

@@ -8,6 +8,11 @@ a ``_target_`` entry's constructor, the model's config fields), the model with
 ``tinylm.models.model_config_problems`` and its fit to the task with the task's ``config_problems``
 (``tinylm.tasks``: an encoder-decoder needs translation pairs), so a bad value is one line, not a
 traceback from deep inside Lightning, numpy or torch.
+
+Most of it needs no torch (``validate(cfg, quick=True)``): train.py runs that part first, so that a
+bad value is refused sooner than ``import torch`` alone would take. The rest asks Lightning or torch
+(the accelerator, strategy, precision and devices), imports the classes the config names (the keys
+their constructors take, a model class of the user's own), or the task: ``validate(cfg)`` runs all.
 """
 
 from __future__ import annotations
@@ -16,16 +21,12 @@ import math
 import typing
 from collections.abc import Callable
 
-import torch
-from lightning.fabric.connector import _PRECISION_INPUT
-from lightning.pytorch.accelerators import AcceleratorRegistry
-from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.models import model_config_problems
+from tinylm.models import CHECKS, model_config_problems
 from tinylm.tasks import model_class_of, task_of_config
-from tinylm.tasks.translation.data import DEMOS
+from tinylm.tasks.translation.numbers_zh import DEMOS
 from tinylm.textfile import encoding_problem, errors_problem
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 from tinylm.training.config_keys import unknown_keys
@@ -94,6 +95,8 @@ def sha256(v) -> str | None:
 
 
 def accelerator(v) -> str | None:
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
     names = sorted(AcceleratorRegistry.available_accelerators())
     if v == "auto":
         return None
@@ -106,6 +109,8 @@ def accelerator(v) -> str | None:
 
 
 def strategy(v) -> str | None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
     names = ("auto", *StrategyRegistry.available_strategies())
     ok = v in names or isinstance(v, DictConfig) and "_target_" in v
     return None if ok else "must be auto, a Lightning strategy name such as ddp, or a _target_ entry"
@@ -119,7 +124,12 @@ def at_validation(v) -> str | None:
     return None if v is False else "must be false: training is one endless epoch, so check at each validation"
 
 
-PRECISIONS = [p for literal in typing.get_args(_PRECISION_INPUT) for p in typing.get_args(literal)]
+def precision(v) -> str | None:
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    names = [p for literal in typing.get_args(_PRECISION_INPUT) for p in typing.get_args(literal)]
+    return nullable(one_of(*names))(v)
+
 
 RULES: dict[str, Rule] = {
     "seed": integer(0, 2**32 - 1),  # what numpy's seed accepts
@@ -150,7 +160,7 @@ RULES: dict[str, Rule] = {
     "trainer.accelerator": accelerator,
     "trainer.num_nodes": integer(),
     "trainer.strategy": strategy,
-    "trainer.precision": nullable(one_of(*PRECISIONS)),
+    "trainer.precision": precision,
     "trainer.max_steps": integer(),
     "trainer.val_check_interval": integer(),  # steps: the training stream has no epochs
     "trainer.check_val_every_n_epoch": nullable(integer()),
@@ -172,10 +182,13 @@ RULES: dict[str, Rule] = {
     "callbacks.early_stopping.min_delta": number(0),
     "callbacks.early_stopping.check_on_train_epoch_end": at_validation,
 }
+ASK_LIGHTNING = ("trainer.accelerator", "trainer.strategy", "trainer.precision")  # rules that import it (and torch)
 
 
 def devices_problem(trainer: DictConfig) -> str | None:
     """trainer.devices: a count (or auto); for GPUs also -1 (all) or a list of indices, and no more than exist."""
+    import torch
+
     devices, name = trainer.get("devices"), trainer.get("accelerator")
     gpus = name in ("gpu", "cuda", "auto") and torch.cuda.is_available()
     if _is_int(devices) and devices > 0 or devices == "auto":
@@ -189,13 +202,17 @@ def devices_problem(trainer: DictConfig) -> str | None:
     return f"trainer.devices={devices!r} must be a positive integer or auto (GPUs: also -1 for all, or [0, 1, ...])"
 
 
-def config_problems(cfg: DictConfig) -> list[str]:
-    """Every problem with a training config, each one line naming the key and the fix."""
+def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
+    """Every problem with a training config, each one line naming the key and the fix; ``quick``: those
+    found without torch, in the same words and order."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    problems = model_config_problems({**model, "vocab_size": 1})
-    unknown = unknown_keys(cfg, RULES)
+    own_class = model.get("_target_") not in (None, *CHECKS)  # its module may import torch
+    problems = [] if quick and own_class else model_config_problems({**model, "vocab_size": 1})
+    unknown = unknown_keys(cfg, RULES, quick)
     missing = object()
     for key, rule in RULES.items():
+        if quick and key in ASK_LIGHTNING:
+            continue
         value = OmegaConf.select(cfg, key, default=missing)
         if value is not missing and key not in unknown and (problem := rule(value)):
             problems.append(f"{key}={value!r} {problem}")
@@ -207,9 +224,10 @@ def config_problems(cfg: DictConfig) -> list[str]:
         )
     if problem := learning_rate_monitor_problem(cfg):
         problems.append(problem)
-    problems += task_problems(cfg)
-    if problem := devices_problem(cfg.trainer):
-        problems.append(problem)
+    if not quick:
+        problems += task_problems(cfg)
+        if problem := devices_problem(cfg.trainer):
+            problems.append(problem)
     return problems + list(unknown.values())
 
 
@@ -231,8 +249,8 @@ def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:
     return None
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise one TinyLMError listing every problem, or return quietly."""
-    problems = config_problems(cfg)
+def validate(cfg: DictConfig, quick: bool = False) -> None:
+    """Raise one TinyLMError listing every problem (``quick``: every one found without torch), or return quietly."""
+    problems = config_problems(cfg, quick)
     if problems:
         raise TinyLMError("invalid config: " + "; ".join(problems))

@@ -14,8 +14,8 @@ import difflib
 import importlib.util
 import inspect
 from collections.abc import Callable, Collection
+from functools import cache
 
-import lightning as L
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 from omegaconf import DictConfig, OmegaConf
 
@@ -25,8 +25,6 @@ from tinylm.tasks import DERIVED
 # The top level of conf/train.yaml: its settings, then its groups (hydra is Hydra's own).
 TOP_LEVEL = ["seed", "ckpt_path", "threads", "compile", "data", "model", "optim", "trainer", "callbacks", "logger",
              "paths"]
-# Trainer arguments passed through untouched (Lightning checks them); train.py sets these three itself.
-TRAINER_ARGS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
 # Keys train.py gives a constructor itself, from elsewhere: a value in the group would be ignored.
 SET_BY_TRAIN = {"data": {"block_size": "model.block_size", "seed": "seed", **DERIVED["data"]},
                 "model": {"vocab_size": "the data's vocabulary"}}
@@ -43,6 +41,14 @@ KWARGS_GO_TO = {
 }
 # Groups whose keys are exactly those with a rule: what train.py reads of them.
 RULED = {"optim": "optim", "callbacks.early_stopping": "early stopping"}
+
+
+@cache
+def trainer_args() -> set[str]:
+    """Trainer arguments passed through untouched (Lightning checks them); train.py sets three itself."""
+    import lightning as L
+
+    return set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
 
 
 def arguments(target: Callable) -> list[str] | None:
@@ -89,13 +95,16 @@ def _built(node, where: str):
             yield from _built(value, f"{where}[{i}]")
 
 
-def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
+def unknown_keys(cfg: DictConfig, rules: Collection[str], quick: bool = False) -> dict[str, str]:
     """Each key (added with ``+``) that nothing takes -> its one line naming the keys that are taken.
 
     A ``_target_`` entry (the data module, callbacks, loggers, ...) takes its constructor's arguments,
     the model the fields of its class's config, the Trainer the arguments train.py passes on,
     optim and early stopping the keys with a rule (``rules``: tinylm.training.config_checks.RULES), the top level
     the keys of conf/train.yaml. Checked before anything is built or read.
+
+    ``quick``: only what needs no import of the classes (nor torch): the top level, optim, early
+    stopping and the callbacks and loggers without a ``_target_``.
     """
     plain = OmegaConf.to_container(cfg, resolve=False)
     problems = _unknown("", [key for key in cfg if key != "hydra"], TOP_LEVEL, "the training config (conf/train.yaml)",
@@ -105,7 +114,7 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
         if isinstance(node, DictConfig):
             known = [key[len(where) + 1:] for key in rules if key.startswith(where + ".")]
             problems |= _unknown(where, node, known, group)
-    for where, node in _built(plain, ""):
+    for where, node in () if quick else _built(plain, ""):
         if where in RULED or where in ("trainer", "model"):  # the model's keys: its config class's fields, below
             continue
         try:
@@ -123,6 +132,8 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
         built = [name for name, entry in entries.items() if isinstance(entry, dict) and "_target_" in entry]
         problems |= _unknown(group, [n for n, e in entries.items() if e is not None and n not in built],
                              built, f"{group} (conf/{group}/)", "has")
+    if quick:
+        return problems
     try:
         model = model_class(plain["model"])
         fields = [f.name for f in dataclasses.fields(config_class(model)) if f.name != "vocab_size"]
@@ -133,5 +144,5 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str]) -> dict[str, str]:
         owner = f"model.arch={arch}" if arch else f"model._target_={cfg.model.get('_target_')}"
         problems |= _unknown("model", cfg.model, fields, owner)
     problems |= {f"trainer.{key}": f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
-                 for key in cfg.trainer if key != "_target_" and key not in TRAINER_ARGS}
+                 for key in cfg.trainer if key != "_target_" and key not in trainer_args()}
     return problems

@@ -47,7 +47,6 @@ from tinylm.tokenizer import CharTokenizer
 log = logging.getLogger(__name__)
 
 SPECIAL = {PAD_ID: "\x00", BEGIN_ID: "\x02", END_ID: "\x03"}  # padding, begin, end: the first three symbols
-DEMOS = ("numbers_zh",)
 # Undecodable bytes in a pairs file: no replacing them (a pair with a wrong character would be
 # learned as a wrong translation), the file's encoding or a UTF-8 copy instead
 CONVERT_FIX = "convert the file to UTF-8 first (e.g. iconv -f GBK -t UTF-8 pairs.tsv > pairs-utf8.tsv)"

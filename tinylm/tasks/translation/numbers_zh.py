@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+DEMOS = ("numbers_zh",)  # what data.demo names: the generated pairs of data=pairs without a path
 DIGITS = "零一二三四五六七八九"
 UNITS = ("", "十", "百", "千")
 
