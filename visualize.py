@@ -26,6 +26,7 @@ from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks import get_task
+from tinylm.tasks.text.printing import say_checkpoint
 from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
 
@@ -66,8 +67,9 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def run(cfg: DictConfig) -> list[Path]:
-    path = checkpoint_from_config(cfg)
-    loaded = load_model(path)
+    path, why = checkpoint_from_config(cfg)
+    loaded = load_model(path, why)
+    say_checkpoint(path, why, loaded.global_step, loaded.tokenizer.vocab_size, loaded.model.num_params())
     ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),
                       loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
