@@ -8,10 +8,10 @@ import os
 import shutil
 from pathlib import Path
 
+from conftest import ROOT, compose_config, entry_point
 from omegaconf import OmegaConf
 from test_checkpoint import make_run
 
-from conftest import ROOT, compose_config, entry_point
 from tinylm.checkpoint import Chosen, choose_checkpoint, debug_preset
 from tinylm.runs.resume import latest_last_checkpoint
 from tinylm.tasks.text.printing import checkpoint_name, shown_path
