@@ -53,9 +53,9 @@ def progress(line: str) -> None:
 
 def run(cfg: DictConfig) -> Path:
     out = output_path(cfg)
-    require_export_packages()
     path, why = checkpoint_from_config(cfg)
     progress(f"loading {checkpoint_name(path, why)}")
+    require_export_packages()
     loaded = load_model(path, why)
     problem = get_task(loaded.task).export_problem  # an ONNX file continues text: it carries no task
     if problem is not None:

@@ -48,16 +48,16 @@ def test_the_newest_run_skips_newer_debug_runs_and_says_how_to_pick_one(tmp_path
 
     chosen = choose_checkpoint(log_dir=tmp_path / "outputs")
     assert chosen.path == ordinary / "checkpoints" / "best-step000300.ckpt"
-    assert chosen.why == ("the newest run's best checkpoint; 2 newer debug runs skipped (the newest: "
-                          "outputs/multirun/c/0, debug=overfit): pick one with run_dir=outputs/multirun/c/0")
+    assert chosen.why == ("the newest run's best checkpoint; skipped 2 newer debug runs, the newest "
+                          "outputs/multirun/c/0 with debug=overfit: pick one with run_dir=outputs/multirun/c/0")
     assert choose_checkpoint(run_dir=newest) == Chosen(newest / "checkpoints" / "last.ckpt",
                                                        "run_dir's last checkpoint: it has no best-*.ckpt")
     assert choose_checkpoint(ckpt_path=newest / "checkpoints" / "last.ckpt").why == ""  # the user named it
 
     path, why = latest_last_checkpoint(tmp_path / "outputs")  # train.py ckpt_path=last: the same rule
     assert path == ordinary / "checkpoints" / "last.ckpt"
-    assert why == ("ckpt_path=last: the newest run's last.ckpt; 1 newer debug run skipped (the newest: "
-                   "outputs/multirun/c/0, debug=overfit): pick one with "
+    assert why == ("ckpt_path=last: the newest run's last.ckpt; skipped 1 newer debug run, the newest "
+                   "outputs/multirun/c/0 with debug=overfit: pick one with "
                    "ckpt_path=outputs/multirun/c/0/checkpoints/last.ckpt")
 
     shutil.rmtree(ordinary)  # only debug runs left: the newest of them, and the line says it is one

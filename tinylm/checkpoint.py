@@ -103,8 +103,8 @@ def newest_run(found: dict[Path, list[Path]], pick_with: Callable[[Path], str]) 
     if not skipped:
         return run, ""
     (newest, preset), count = skipped[0], len(skipped)
-    return run, (f"; {count} newer debug run{'s' if count > 1 else ''} skipped (the newest: {shown_path(newest)}, "
-                 f"debug={preset}): pick one with {pick_with(newest)}")
+    return run, (f"; skipped {count} newer debug run{'s' if count > 1 else ''}, the newest {shown_path(newest)} "
+                 f"with debug={preset}: pick one with {pick_with(newest)}")
 
 
 def latest_checkpoint(log_dir: str | Path) -> Chosen:
