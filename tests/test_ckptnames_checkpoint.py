@@ -63,7 +63,8 @@ def test_the_newest_run_skips_newer_debug_runs_and_says_how_to_pick_one(tmp_path
     shutil.rmtree(ordinary)  # only debug runs left: the newest of them, and the line says it is one
     chosen = choose_checkpoint(log_dir=tmp_path / "outputs")
     assert chosen.path == newest / "checkpoints" / "last.ckpt"
-    assert chosen.why == "the newest run's last checkpoint, a debug run (debug=overfit): no other run has checkpoints"
+    assert chosen.why == ("the newest run's last checkpoint, a debug run with debug=overfit: "
+                          "no other run has checkpoints")
 
 
 def test_an_ordinary_newest_run_is_chosen_as_before(tmp_path):

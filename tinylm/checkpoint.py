@@ -99,7 +99,7 @@ def newest_run(found: dict[Path, list[Path]], pick_with: Callable[[Path], str]) 
         skipped.append((run, preset))
     else:
         run, preset = skipped[0]
-        return run, f", a debug run (debug={preset}): no other run has checkpoints"
+        return run, f", a debug run with debug={preset}: no other run has checkpoints"
     if not skipped:
         return run, ""
     (newest, preset), count = skipped[0], len(skipped)
