@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
+from tinylm.tasks.text.printing import checkpoint_name
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
@@ -93,13 +94,14 @@ def run(cfg: DictConfig) -> dict:
     check_options(cfg)
     from tinylm.checkpoint import load_model
 
-    path = checkpoint_from_config(cfg)
-    loaded = load_model(path)
+    path, why = checkpoint_from_config(cfg)
+    loaded = load_model(path, why)
     datamodule = build_data(cfg, loaded, path)
     line, scores = get_task(loaded.task).evaluate(cfg, loaded, datamodule)  # text: every position; pairs: every pair
     result = {"loss": scores.pop("loss"), "bpc": scores.pop("bpc"), "tokens": scores.pop("tokens"), **scores,
               "split": cfg.split, "checkpoint": str(path), "step": loaded.global_step}
-    print(f"evaluated {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) on {line}")
+    name = checkpoint_name(path, why, f"step {loaded.global_step}", f"{loaded.model.num_params():,} parameters")
+    print(f"evaluated {name} on {line}")
     print(json.dumps(result, ensure_ascii=False))
     return result
 

@@ -8,10 +8,12 @@
 The file holds the weights, the model config and the tokenizer (as JSON metadata): nothing else is
 needed to sample from it. The graph is one decoding step with the keys and values of earlier
 positions in and out (tinylm/onnx/export.py). The file is checked with onnx.checker and its
-logits compared with PyTorch's before the command reports success. See conf/export.yaml.
+logits compared with PyTorch's before the command reports success. Each phase (loading, tracing,
+checking) is one line on stderr as it starts; the result goes to stdout. See conf/export.yaml.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
@@ -20,6 +22,7 @@ from omegaconf import DictConfig
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
+from tinylm.tasks.text.printing import checkpoint_name, shown_path
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
@@ -42,21 +45,27 @@ def output_path(cfg: DictConfig) -> Path | None:
     return out
 
 
+def progress(line: str) -> None:
+    print(f"export: {line}", file=sys.stderr, flush=True)
+
+
 def run(cfg: DictConfig) -> Path:
     out = output_path(cfg)  # a bad out= is refused before torch is imported
+    path, why = checkpoint_from_config(cfg)
+    progress(f"loading {checkpoint_name(path, why)}")
     from tinylm.checkpoint import load_model
     from tinylm.onnx.export import export_onnx, require_export_packages
 
     require_export_packages()
-    path = checkpoint_from_config(cfg)
-    loaded = load_model(path)
+    loaded = load_model(path, why)
     problem = get_task(loaded.task).export_problem  # an ONNX file continues text: it carries no task
     if problem is not None:
-        raise TinyLMError(f"{path} {problem}")
-    out = export_onnx(loaded.model, loaded.tokenizer, out or path.with_suffix(".onnx"), loaded.global_step)
-    print(f"exported {path} (step {loaded.global_step}, {loaded.model.num_params():,} parameters) to {out} "
-          f"({out.stat().st_size / 2**20:.1f} MiB): checked with onnx.checker and ONNX Runtime")
-    print(f"sample from it without PyTorch: python generate.py ckpt_path={out}")
+        raise TinyLMError(f"{checkpoint_name(path, why)} {problem}")
+    out = export_onnx(loaded.model, loaded.tokenizer, out or path.with_suffix(".onnx"), loaded.global_step, progress)
+    name = checkpoint_name(path, why, f"step {loaded.global_step}", f"{loaded.model.num_params():,} parameters")
+    print(f"exported {name} to {shown_path(out)} ({out.stat().st_size / 2**20:.1f} MiB): checked with onnx.checker "
+          "and ONNX Runtime")
+    print(f"sample from it without PyTorch: python generate.py ckpt_path={shown_path(out)}")
     return out
 
 

@@ -93,7 +93,7 @@ def load_checkpoint(cfg: DictConfig):
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    return load_model(checkpoint_from_config(cfg))
+    return load_model(*checkpoint_from_config(cfg))  # the file, and why it (for the line naming it)
 
 
 def run(cfg: DictConfig) -> None:

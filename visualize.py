@@ -26,6 +26,7 @@ from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks import get_task
+from tinylm.tasks.text.printing import say_checkpoint
 from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
 
@@ -66,13 +67,14 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def run(cfg: DictConfig) -> list[Path]:
-    path = checkpoint_from_config(cfg)
-    loaded = load_model(path)
+    path, why = checkpoint_from_config(cfg)
+    loaded = load_model(path, why)
     ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),
                       loaded.model.config.block_size)
     out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
                else path.parent / f"{path.stem}-attention")
     check_out_dir(out_dir)
+    say_checkpoint(path, why, loaded.global_step, loaded.tokenizer.vocab_size, loaded.model.num_params())
     note = f"{path.name}, step {loaded.global_step}"
     try:  # the task's figures (tinylm.tasks): a language model's attention, a translation's cross-attention
         figures = get_task(loaded.task).figures(loaded, ids, note)

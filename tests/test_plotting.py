@@ -149,16 +149,17 @@ def test_default_probe_fits_the_card_with_room_to_spare():
 
 @pytest.mark.parametrize("kind", ["char", "byte", "bpe"])
 def test_every_tokenizers_figures_fit_the_card(kind):
-    """Real probes of 14-20 tokens: long labels ("0xE8", "Atten") rotated, nothing overlaps,
-    the figure grows taller rather than its labels smaller."""
+    """Real probes of 14-20 tokens: long labels ("0xE8", "Atten") rotated, nothing overlaps; the
+    heads stay a 2x2 grid with labels of 6.9-10 px in the card rather than grow into a column the
+    card shrinks to its height."""
     labels = tokenized(kind)
     assert 14 <= len(labels) <= 20
     if kind != "char":
         assert any(len(label) > 2 for label in labels)  # labels that need rotating
     T = len(labels)
     fig = plotting.attention_figure(causal_weights(4, T), labels, layer=1, note="step 500")
-    assert_fits_the_card(fig, labels)
-    assert len(panels(fig)) == 4
+    assert_fits_the_card(fig, labels, min_px=6.5)
+    assert len(panels(fig)) == 4 and grid_shape(fig) == (2, 2)
     assert_fits_the_card(plotting.causal_mask_figure(causal_mask(T), labels), labels)
 
 
@@ -220,31 +221,32 @@ def test_future_cells_are_masked_and_hatched():
 
 
 @pytest.mark.parametrize(("heads", "shape"), [
-    (1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (6, (3, 2)), (8, (4, 2)), (16, (8, 2)),
+    (1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (6, (3, 2)), (8, (4, 2)), (16, (4, 4)),
 ])
 def test_heads_form_a_near_square_grid_that_fits_the_card(heads, shape):
     """The squarest grid whose labels stay 11 px: 3 columns (8 heads: 3x3) would make them
-    10 px, so 6, 8 and 16 heads take two columns and grow taller."""
+    10 px, so 6 and 8 heads take two columns and grow taller; 16 heads in two columns would be
+    too tall for the card, so 4x4 (labels 7.6 px)."""
     labels = list(PROBE)
     fig = plotting.attention_figure(causal_weights(heads, 9), labels, layer=1, note="step 1")
     assert grid_shape(fig) == shape and len(panels(fig)) == heads
-    assert_fits_the_card(fig, labels)
+    assert_fits_the_card(fig, labels, min_px=7.5 if heads == 16 else MIN_LABEL_PX)
     rows, _ = label_texts(fig, labels)
     assert len(rows) == len(labels)
 
 
-def test_a_block_size_probe_of_32_tokens_grows_taller_and_stays_apart():
-    """T = 32 (the default block_size): one column of panels, labels rotated one line apart.
-    Labels are then 8.8 px in a 400 px card; the 11 px hold up to about 24 tokens (25
-    characters, 23 bytes)."""
+def test_a_block_size_probe_of_32_tokens_stays_a_grid_and_apart():
+    """T = 32 (the default block_size): 4 heads in a 2x2 grid, labels rotated one line apart.
+    Labels are then 4.6 px in a 400 px card (one column would be 3843 px tall, shrunk to the
+    card's height); the 11 px hold up to 12 tokens for 4 heads, to about 24 for one panel."""
     labels = [plotting.visible(c) for c in (TEXT * 2)[:32]]
     fig = plotting.attention_figure(causal_weights(4, 32), labels, layer=0, note="step 1")
-    assert grid_shape(fig) == (4, 1)
-    assert_fits_the_card(fig, labels, min_px=8.5)
+    assert grid_shape(fig) == (2, 2)
+    assert_fits_the_card(fig, labels, min_px=4.5)
     assert_fits_the_card(plotting.causal_mask_figure(causal_mask(32), labels), labels,
                          min_px=8.5)
-    short = list(TEXT[:24])
-    assert_fits_the_card(plotting.attention_figure(causal_weights(4, 24), short, 0), short)
+    short = list(TEXT[:12])
+    assert_fits_the_card(plotting.attention_figure(causal_weights(4, 12), short, 0), short)
 
 
 def test_causal_mask_figure_shows_minus_infinity_above_the_diagonal():

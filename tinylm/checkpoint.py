@@ -3,7 +3,9 @@
 Which checkpoint: a file named by the user; else a run folder's; else the newest run's under
 ``outputs/``. A run folder is a training run (``runs/<time>/``) or one job of a sweep
 (``multirun/<time>/<job>/``); its checkpoints are in ``checkpoints/``, where the best one
-(``best-*.ckpt``) is preferred over ``last.ckpt``.
+(``best-*.ckpt``) is preferred over ``last.ckpt``. "The newest run" is never a debug run
+(``debug=fast``, ...) while an ordinary run has checkpoints; ``choose_checkpoint`` says which file
+it picked and why (the newer debug runs it passed over), for the line every command prints.
 
 Loading: ``torch.load(weights_only=True)`` only rebuilds tensors and plain containers, so a file
 that asks for any other Python object is refused before anything in it can run. A tinylm
@@ -15,14 +17,18 @@ checkpoint holds everything needed to rebuild the model and tokenizer as plain d
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, NotImported, build_model
+from tinylm.runs.folder import HYDRA_DIR, read_record
 from tinylm.tasks import task_of_checkpoint
+from tinylm.tasks.text.printing import shown_path
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
@@ -38,7 +44,19 @@ def run_checkpoints(run_dir: Path) -> list[Path]:
     return best + last
 
 
-def checkpoint_in_run(run_dir: str | Path) -> Path:
+class Chosen(NamedTuple):
+    """A checkpoint file and why it was the one (for messages; empty: the user named the file)."""
+
+    path: Path
+    why: str = ""
+
+
+def kind(path: Path) -> str:
+    """``best`` or ``last``: which of its run's checkpoints a file is."""
+    return "best" if path.name.startswith("best-") else "last"
+
+
+def checkpoint_in_run(run_dir: str | Path) -> Chosen:
     """The checkpoint to sample from in one run folder: its best, else its last."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -49,11 +67,49 @@ def checkpoint_in_run(run_dir: str | Path) -> Path:
             f"run folder {run_dir} has no checkpoints (no checkpoints/best-*.ckpt or "
             "checkpoints/last.ckpt): pick another run_dir=..., or pass ckpt_path=..."
         )
-    return found[0]
+    best = kind(found[0]) == "best"
+    return Chosen(found[0], "run_dir's best checkpoint" if best else "run_dir's last checkpoint: it has no best-*.ckpt")
 
 
-def latest_checkpoint(log_dir: str | Path) -> Path:
-    """The checkpoint of the newest run under ``log_dir`` that has any (newest file wins)."""
+def debug_preset(run_dir: Path) -> str | None:
+    """The debug preset a run was made with (``fast`` for ``debug=fast``), None for an ordinary run.
+
+    Hydra's record of the config groups the run chose (``.hydra/hydra.yaml``, hydra.runtime.choices)
+    names it however it was chosen: on the command line or by an experiment's defaults. The presets
+    themselves leave no mark in the config (they only change trainer, logger and callbacks values).
+    A run without a readable record counts as an ordinary run.
+    """
+    try:
+        record = read_record(Path(run_dir) / HYDRA_DIR / "hydra.yaml")
+        preset = record["hydra"]["runtime"]["choices"].get("debug")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return None if preset is None else str(preset)
+
+
+def newest_run(found: dict[Path, list[Path]], pick_with: Callable[[Path], str]) -> tuple[Path, str]:
+    """Of the runs with these checkpoints, the newest (by its newest file) that is not a debug run,
+    and a note for the message: the newer debug runs passed over (``pick_with(run)``: the option that
+    picks one), or, when only debug runs have checkpoints, that the newest of them is one."""
+    order = sorted(found, key=lambda run: (max(p.stat().st_mtime for p in found[run]), str(run)), reverse=True)
+    skipped: list[tuple[Path, str]] = []  # (run, preset) of the newer debug runs, newest first
+    for run in order:
+        if (preset := debug_preset(run)) is None:
+            break
+        skipped.append((run, preset))
+    else:
+        run, preset = skipped[0]
+        return run, f", a debug run with debug={preset}: no other run has checkpoints"
+    if not skipped:
+        return run, ""
+    (newest, preset), count = skipped[0], len(skipped)
+    return run, (f"; skipped {count} newer debug run{'s' if count > 1 else ''}, the newest {shown_path(newest)} "
+                 f"with debug={preset}: pick one with {pick_with(newest)}")
+
+
+def latest_checkpoint(log_dir: str | Path) -> Chosen:
+    """The checkpoint of the newest run under ``log_dir`` that has any (newest file wins), debug
+    runs only when no other run has checkpoints."""
     log_dir = Path(log_dir)
     runs = [run for pattern in RUN_PATTERNS for run in log_dir.glob(pattern) if run.is_dir()]
     found = {run: ckpts for run in runs if (ckpts := run_checkpoints(run))}
@@ -63,8 +119,26 @@ def latest_checkpoint(log_dir: str | Path) -> Path:
             f"{', '.join(p + '/checkpoints' for p in RUN_PATTERNS)}): {TRAIN_HINT}, "
             "or pass ckpt_path=... or run_dir=..."
         )
-    newest = max(found, key=lambda run: (max(p.stat().st_mtime for p in found[run]), str(run)))
-    return found[newest][0]
+    run, note = newest_run(found, lambda run: f"run_dir={shown_path(run)}")
+    return Chosen(found[run][0], f"the newest run's {kind(found[run][0])} checkpoint{note}")
+
+
+def choose_checkpoint(
+    ckpt_path: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    log_dir: str | Path = "outputs",
+) -> Chosen:
+    """Resolve the user's choice: a checkpoint file, a run folder, or the newest run; and say why."""
+    if ckpt_path and run_dir:
+        raise TinyLMError("both ckpt_path and run_dir are set: pass only one of them")
+    if ckpt_path:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise TinyLMError(f"checkpoint file {path} does not exist: check ckpt_path=...")
+        return Chosen(path)
+    if run_dir:
+        return checkpoint_in_run(run_dir)
+    return latest_checkpoint(log_dir)
 
 
 def find_checkpoint(
@@ -72,17 +146,8 @@ def find_checkpoint(
     run_dir: str | Path | None = None,
     log_dir: str | Path = "outputs",
 ) -> Path:
-    """Resolve the user's choice: a checkpoint file, a run folder, or the newest run."""
-    if ckpt_path and run_dir:
-        raise TinyLMError("both ckpt_path and run_dir are set: pass only one of them")
-    if ckpt_path:
-        path = Path(ckpt_path)
-        if not path.is_file():
-            raise TinyLMError(f"checkpoint file {path} does not exist: check ckpt_path=...")
-        return path
-    if run_dir:
-        return checkpoint_in_run(run_dir)
-    return latest_checkpoint(log_dir)
+    """The file ``choose_checkpoint`` picks, for code that needs only the path."""
+    return choose_checkpoint(ckpt_path, run_dir, log_dir).path
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -119,9 +184,10 @@ class LoadedModel:
     path: Path
     global_step: int | None
     task: str = "text"  # what it was trained for (tinylm.tasks): what the commands do with it
+    why: str = ""  # why this checkpoint (Chosen.why), for the line that names it
 
 
-def load_model(path: str | Path) -> LoadedModel:
+def load_model(path: str | Path, why: str = "") -> LoadedModel:
     """Rebuild the model (GPT, LSTM, GRU, encoder-decoder, or a model class of the program's own) and its
     tokenizer from a checkpoint file alone.
 
@@ -151,4 +217,4 @@ def load_model(path: str | Path) -> LoadedModel:
             f"checkpoint {path} is not a valid tinylm checkpoint: {reason}: "
             "use a checkpoint saved by tinylm's train.py"
         ) from None
-    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), task)
+    return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), task, why)

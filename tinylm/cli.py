@@ -16,12 +16,15 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
 
 from tinylm.errors import TinyLMError
+
+if TYPE_CHECKING:
+    from tinylm.checkpoint import Chosen
 
 # bash reports 128 + SIGPIPE (13) for `yes | head -1`: a closed pipe reads the same for us, so
 # `set -o pipefail` scripts that already accept it from other tools accept it from ours.
@@ -109,14 +112,15 @@ def run_command(run: Callable[[DictConfig], object], cfg: DictConfig) -> None:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
-def checkpoint_from_config(cfg: DictConfig) -> Path:
-    """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names."""
-    from tinylm.checkpoint import find_checkpoint  # torch: only for the scripts that load one
+def checkpoint_from_config(cfg: DictConfig) -> Chosen:
+    """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names, and
+    why (``tinylm.checkpoint.Chosen``)."""
+    from tinylm.checkpoint import choose_checkpoint  # torch: only for the scripts that load one
 
     def absolute(path) -> str | None:  # relative to where the command was launched
         return hydra.utils.to_absolute_path(str(path)) if path else None
 
-    return find_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)
+    return choose_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)
 
 
 def launch(main: Callable[[], None], text_keys: Iterable[str], path_keys: Iterable[str]) -> None:

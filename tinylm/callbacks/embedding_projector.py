@@ -12,6 +12,11 @@ class EmbeddingProjector(PeriodicInspector):
 
     By default only when training ends (``every_n_steps: null``): each call writes a full copy.
     Every task shows it.
+
+    ``metadata.tsv`` has the labels alone, one a line, no header: TensorBoard's projector names that
+    column ``label`` and labels by it from the start (its "Label by" default is the first column
+    that is not all numbers), so hovering or clicking a point shows its character. Its 3D-labels
+    mode (the "A" button) draws character codes 0-255 only: no CJK there.
     """
 
     def __init__(self, every_n_steps: int | None = None):

@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -196,7 +197,7 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
     return removed
 
 
-def write_checked(proto, model: LanguageModel, out: Path) -> None:
+def write_checked(proto, model: LanguageModel, out: Path, progress: Callable[[str], None]) -> None:
     """Write ``proto`` to a temporary file next to ``out``, fsync and check it, then rename it over ``out``.
 
     As ``tinylm.training.safety.AtomicCheckpointIO``: ``out`` only ever changes by that rename, so kill -9,
@@ -211,6 +212,8 @@ def write_checked(proto, model: LanguageModel, out: Path) -> None:
             f.write(proto.SerializeToString())
             f.flush()
             os.fsync(f.fileno())
+        progress(f"comparing ONNX Runtime's logits with PyTorch's ({tmp.stat().st_size / 2**20:.1f} MiB written "
+                 f"next to {out.name})")
         problem = file_problem(model, tmp)
         if problem:
             raise TinyLMError(f"the exported file failed its check, {problem}, so it was not kept ({kept}): "
@@ -226,8 +229,10 @@ def write_checked(proto, model: LanguageModel, out: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def export_onnx(model: LanguageModel, tokenizer: Tokenizer, out: str | Path, global_step: int | None = None) -> Path:
-    """Write ``model`` and ``tokenizer`` to the ONNX file ``out``, checked; returns its path."""
+def export_onnx(model: LanguageModel, tokenizer: Tokenizer, out: str | Path, global_step: int | None = None,
+                progress: Callable[[str], None] = lambda line: None) -> Path:
+    """Write ``model`` and ``tokenizer`` to the ONNX file ``out``, checked; returns its path.
+    ``progress`` gets one short line as each phase starts (export.py prints them to stderr)."""
     require_export_packages()
     check_exportable(model)
     out = Path(out)
@@ -235,12 +240,14 @@ def export_onnx(model: LanguageModel, tokenizer: Tokenizer, out: str | Path, glo
     import onnx  # the onnx extra, there now
 
     model.eval()  # no dropout in the graph
+    progress("tracing one decoding step with torch.onnx.export (the longest part)")
     proto = trace(model)
     onnx.helper.set_model_props(proto, metadata(model, tokenizer, global_step))
+    progress("checking the graph with onnx.checker")
     try:
         onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as e:
         raise TinyLMError(f"the exported graph fails onnx.checker ({one_line(e)}): "
                           "please report it with the checkpoint's model config") from None
-    write_checked(proto, model, out)
+    write_checked(proto, model, out, progress)
     return out

@@ -3,6 +3,10 @@
 TensorBoard's Time Series tab shows an image about CARD_PX wide whatever its pixel size, so text
 of LABEL_PT is CARD_PX / (figure width in ems of LABEL_PT) pixels tall there. Sizes below are in
 these "label ems"; a figure at most WIDTH_EM of them wide keeps its labels MIN_LABEL_PX tall.
+The card also fits the image into its height (``object-fit: contain``), so a figure more than
+MAX_TALL times as tall as wide (one column of heads for a text of 17 characters: 639 x 2782 px)
+is scaled down by its height instead, and its labels with it: a near-square grid of smaller
+cells beats that strip.
 A figure is one axes over the whole page in label ems, y pointing down, holding the panels as
 images and the labels and colour bar as plain artists: an axes per head and a matplotlib
 colour bar (each with its tick machinery) drew the same picture about 30% slower.
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
 CARD_PX = 400  # about the width at which TensorBoard 2.21's Time Series card shows an image
 MIN_LABEL_PX = 11  # label font size (em) in the card, at least; a CJK glyph's ink is about 1 em
 MAX_ASPECT = 1.4  # width / height at most: a wider image is scaled down further in the card
+MAX_TALL = 2.0  # height / width beyond which the card's height, not its width, sets the scale
 WIDTH_EM = CARD_PX / MIN_LABEL_PX
 LABEL_PT, TITLE_PT = 10, 12  # labels, axis titles and colour bar; head titles and the title
 DPI = 144  # 20 px per label em: the default figure is ~600 px wide, sharp in a card on a 2x screen
@@ -109,8 +114,9 @@ class Layout:
 
     @property
     def label_px(self) -> float:
-        """The labels' font size in pixels when the image is shown CARD_PX wide."""
-        return CARD_PX / self.width
+        """The labels' font size in pixels when the image is shown CARD_PX wide, or CARD_PX * MAX_TALL
+        tall when it is taller than that."""
+        return CARD_PX / max(self.width, self.height / MAX_TALL)
 
     def corner(self, panel: int) -> tuple[float, float]:
         """The top-left corner of panel number ``panel``, row by row."""
@@ -183,8 +189,8 @@ class Layout:
 
 def choose_layout(panels: int, labels: Sequence[str], title: Sequence[str], **options) -> Layout:
     """The squarest grid, upright key labels before rotated ones, whose labels stay MIN_LABEL_PX
-    tall in the card; failing that (a long probe), the one with the largest labels: fewer
-    columns, so a taller figure rather than smaller labels."""
+    tall in the card; failing that (a long probe), the one with the largest labels there: fewer
+    columns while the figure stays at most MAX_TALL times as tall as wide, then smaller cells."""
     layouts = [Layout(panels, labels, cols, rotate, title, **options)
                for cols in range(math.ceil(math.sqrt(panels)), 0, -1) for rotate in (False, True)]
     fitting = (layout for layout in layouts if layout.label_px >= MIN_LABEL_PX)

@@ -25,11 +25,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
-from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, read_checkpoint
+from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, newest_run, read_checkpoint
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 from tinylm.models import config_class, model_class
 from tinylm.runs.folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
+from tinylm.tasks.text.printing import shown_path
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
@@ -96,15 +97,18 @@ def saved_overrides(run_dir: Path) -> list[str] | None:
         ) from None
 
 
-def latest_last_checkpoint(log_dir: str | Path) -> Path:
-    """The newest ``checkpoints/last.ckpt`` of any run or sweep job under ``log_dir``."""
-    found = [p for pattern in RUN_PATTERNS for p in Path(log_dir).glob(f"{pattern}/checkpoints/last.ckpt")]
+def latest_last_checkpoint(log_dir: str | Path) -> tuple[Path, str]:
+    """The newest ``checkpoints/last.ckpt`` of any run or sweep job under ``log_dir``, a debug run's only
+    when no other run has one (as for generate.py, ``tinylm.checkpoint.newest_run``), and why it."""
+    lasts = [p for pattern in RUN_PATTERNS for p in Path(log_dir).glob(f"{pattern}/checkpoints/last.ckpt")]
+    found = {last.parent.parent: [last] for last in lasts}
     if not found:
         raise TinyLMError(
             f"ckpt_path=last: no run under {log_dir} has checkpoints/last.ckpt; "
             "train first with `python train.py`, or pass ckpt_path=FILE"
         )
-    return max(found, key=lambda p: p.stat().st_mtime)
+    run, note = newest_run(found, lambda run: f"ckpt_path={shown_path(run / 'checkpoints' / 'last.ckpt')}")
+    return found[run][0], f"ckpt_path=last: the newest run's last.ckpt{note}"
 
 
 def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
@@ -126,10 +130,10 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     hydra_args = [o for o in parsed if _under(_key(o), ("hydra",))]
     task = [o for o in parsed if o not in hydra_args and _key(o) != "ckpt_path"]
 
-    value = str(ckpt[-1].value())
+    value, why = str(ckpt[-1].value()), ""
     if value == "last":
         log_dir = composed_log_dir(conf_dir, [o.input_line for o in task if _under(_key(o), LOCATORS)])
-        path = latest_last_checkpoint(log_dir)
+        path, why = latest_last_checkpoint(log_dir)
     else:
         path = Path(os.path.abspath(os.path.expanduser(value)))
     run_dir = path.parent.parent
@@ -161,7 +165,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     if in_place:
         hydra_lines.append("hydra.output_subdir=null")  # the run's .hydra/ record stays as it is
     where = "in its own folder" if in_place else f"into {run_dirs[-1].value()}"
-    print(f"resuming run {run_dir} from {path.name} {where}\n"
+    print(f"resuming run {run_dir} from {path.name} {where}{f' ({why})' if why else ''}\n"
           f"  its settings: {' '.join(saved) or '(the defaults)'}\n"
           f"  changed now:  {' '.join(changes) or '(nothing)'}", flush=True)
     return [argv[0], *flags, *hydra_lines, *merge_overrides(saved + changes), *new_ckpt]

@@ -1,12 +1,15 @@
 """What ``generate.py`` prints for a text model, free of torch: the same on PyTorch and ONNX Runtime.
 
 ``print_samples`` streams ``num_samples`` continuations of the prompt to stdout, separated by a
-line ``---``; the checkpoint and the seed go to stderr. ``Sampler`` is a model ready to sample from,
-on either runtime (``tinylm.tasks.text.task`` builds the PyTorch one, generate.py the ONNX one).
+line ``---``; the checkpoint and the seed go to stderr. ``checkpoint_name`` is how every command
+names the checkpoint it uses: its path and why it was picked (``tinylm.checkpoint.Chosen``).
+``Sampler`` is a model ready to sample from, on either runtime (``tinylm.tasks.text.task`` builds
+the PyTorch one, generate.py the ONNX one).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -39,18 +42,33 @@ class Sampler(NamedTuple):
     global_step: int | None
     num_params: int
     stream_text: Callable[..., Iterator[str]]  # (prompt_ids, max_new_tokens, stop=..., **sampling) -> pieces
+    why: str = ""  # why this checkpoint (tinylm.checkpoint.Chosen.why)
 
 
-def say_checkpoint(path: Path, global_step: int | None, vocab_size: int, num_params: int, seed: int) -> None:
-    """On stderr, what generates: the checkpoint, its step, vocabulary and size, and the seed."""
-    print(f"checkpoint: {path} (step {global_step}, vocabulary {vocab_size}, {num_params:,} parameters); "
-          f"seed={seed}", file=sys.stderr)
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the current folder when that is shorter, else absolute."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return relative if len(relative) < len(absolute) else absolute
+
+
+def checkpoint_name(path: str | Path, why: str = "", *facts: str) -> str:
+    """``<path> (<why>; <facts>)``: the checkpoint as every command names it."""
+    details = "; ".join(filter(None, [why, ", ".join(facts)]))
+    return f"{shown_path(path)} ({details})" if details else shown_path(path)
+
+
+def say_checkpoint(path: Path, why: str, global_step: int | None, vocab_size: int, num_params: int,
+                   seed: int | None = None) -> None:
+    """On stderr, what generates or is drawn: the checkpoint, why it, its step, vocabulary and size, and the seed."""
+    name = checkpoint_name(path, why, f"step {global_step}", f"vocabulary {vocab_size}", f"{num_params:,} parameters")
+    print(f"checkpoint: {name}{'' if seed is None else f'; seed={seed}'}", file=sys.stderr)
 
 
 def print_samples(cfg, model: Sampler, prompt: str, seed: int) -> None:
     """Stream ``cfg.num_samples`` continuations of ``prompt`` to stdout (conf/generate.yaml's options in ``cfg``)."""
     prompt_ids = encode_prompt(model.tokenizer, prompt, cfg.unknown)
-    say_checkpoint(model.path, model.global_step, model.tokenizer.vocab_size, model.num_params, seed)
+    say_checkpoint(model.path, model.why, model.global_step, model.tokenizer.vocab_size, model.num_params, seed)
 
     stop = unescape(str(cfg.stop)) if cfg.stop not in (None, "") else None
     shown_prompt = model.tokenizer.decode(prompt_ids) if prompt else ""

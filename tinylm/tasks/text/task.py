@@ -32,7 +32,7 @@ class TextTask(Task):
         stream = partial(stream_text, loaded.model, loaded.tokenizer, generator=torch.Generator().manual_seed(seed),
                          use_cache=cfg.use_cache)
         print_samples(cfg, Sampler(loaded.path, loaded.tokenizer, loaded.global_step, loaded.model.num_params(),
-                                   stream), prompt, seed)
+                                   stream, loaded.why), prompt, seed)
 
     def figures(self, loaded, ids: list[int], note: str):
         """``attention_layer<N>``: the attention over ``ids``, a panel per head, as ``AttentionMaps`` logs it."""

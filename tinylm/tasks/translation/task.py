@@ -49,7 +49,8 @@ class TranslationTask(Task):
         sources = text.split("\n")
         if len(sources) > 1 and sources[-1] == "":  # the final newline of a file ends its last line
             sources.pop()
-        say_checkpoint(loaded.path, loaded.global_step, loaded.tokenizer.vocab_size, loaded.model.num_params(), seed)
+        say_checkpoint(loaded.path, loaded.why, loaded.global_step, loaded.tokenizer.vocab_size,
+                       loaded.model.num_params(), seed)
         translations = translate_lines(loaded.model, loaded.tokenizer, sources, cfg.unknown, cfg.beam_size,
                                        temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
                                        generator=torch.Generator().manual_seed(seed), use_cache=cfg.use_cache)
