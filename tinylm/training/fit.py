@@ -29,6 +29,7 @@ from lightning.pytorch.callbacks import EarlyStopping, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
+from tinylm.callbacks.inspector import PeriodicInspector
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
@@ -208,6 +209,9 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     for tag, value in trainer.callback_metrics.items():  # the task's validation scores (Task.validation_scores)
         if tag.startswith("val/"):
             metrics[f"val_{tag.removeprefix('val/')}"] = float(value)
+    for callback in trainer.callbacks:  # e.g. the final head scores (tinylm.analysis.callback.HeadScores)
+        if isinstance(callback, PeriodicInspector):
+            metrics.update(callback.run_metrics())
     metrics["interrupted"] = interrupt.interrupted_at is not None
     metrics["interrupted_by"] = signal.Signals(interrupt.signal).name if metrics["interrupted"] else None
     # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)
