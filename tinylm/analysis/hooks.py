@@ -113,3 +113,39 @@ def residual_replaced(block: nn.Module, positions: slice | int, values: torch.Te
         x[:, positions] = values
         return (x, *output[1:])
     return block, hook
+
+
+def switchable(model: nn.Module) -> tuple[str, list[nn.Module]]:
+    """The heads a command switches off: a decoder's self-attention, an encoder-decoder's cross-attention."""
+    layers = model.attention_layers()
+    kind = "self" if "self" in layers else "cross"
+    return kind, layers.get(kind, [])
+
+
+def parse_heads(values, model: nn.Module) -> list[Head]:
+    """``ablate=[0.2,1.3]``'s heads, "layer.head" each (a number or a string; head 10 and up: quote it,
+    '1.10'), checked against ``model``; one TinyLMError naming the first bad one."""
+    from tinylm.errors import TinyLMError
+
+    kind, attentions = switchable(model)
+    heads = []
+    for value in values:
+        layer, dot, head = str(value).partition(".")
+        if isinstance(value, bool) or not dot or not layer.isdigit() or not head.isdigit():
+            raise TinyLMError(f"ablate: {value!r} is not layer.head: write e.g. ablate=[0.2,1.3] (layer 0 head 2, "
+                              "layer 1 head 3; from head 10 on quote it: ablate=['1.10'])")
+        layer, head = int(layer), int(head)
+        if not attentions or layer >= len(attentions) or head >= attentions[layer].num_heads:
+            shape = (f"{len(attentions)} layers of {attentions[0].num_heads} {kind}-attention heads"
+                     if attentions else f"no attention heads (an {model.config.arch} model)")
+            raise TinyLMError(f"ablate: there is no head {layer}.{head}: the model has {shape}, counted from 0")
+        heads.append((layer, head))
+    return heads
+
+
+@contextmanager
+def heads_switched_off(model: nn.Module, values) -> Iterator[None]:
+    """``model`` with the heads ``values`` names (``parse_heads``) zeroed for the ``with`` block."""
+    heads = parse_heads(values or [], model)
+    with hooked(pre_hooks=ablated(switchable(model)[1], heads) if heads else ()):
+        yield
