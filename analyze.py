@@ -14,8 +14,11 @@ Writes into ``out_dir`` (default: ``<run folder>/analysis/``) and prints a short
   activation from the clean run into the corrupt one restores (``tinylm.analysis.patching``);
 - a figure of each, and ``REPORT.md`` saying how to read them.
 
-See conf/analyze.yaml for every option. An LSTM or GRU has no heads and no residual stream: it
-gets one line saying so.
+An encoder-decoder (``model=seq2seq``): ``text`` holds source lines (``\n`` between them) and
+``target`` their references (null: the model's own translations); heads.json scores its
+cross-attention heads, switched off on the loss and on exact match, and the logit lens reads the
+decoder (``tinylm.analysis.translation``). An LSTM or GRU has no heads and no residual stream: it
+gets one line saying so. See conf/analyze.yaml for every option.
 """
 
 import os
@@ -24,13 +27,13 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, launch, run_command
+from tinylm.cli import check_out_dir, checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
 
-TEXT_KEYS = ("text", "corrupt_text")  # free text, taken literally
+TEXT_KEYS = ("text", "corrupt_text", "target")  # free text, taken literally
 PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
 
 
@@ -77,21 +80,12 @@ def run(cfg: DictConfig) -> dict:
     path = checkpoint_from_config(cfg)
     loaded = load_model(path)
     require_heads(loaded)
-    block_size = loaded.model.config.block_size
-    ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text), block_size)
-    corrupt = None
-    if cfg.corrupt_text is not None:
-        corrupt = encode_text(loaded.tokenizer, str(cfg.corrupt_text), block_size)
-        if len(corrupt) != len(ids):
-            raise TinyLMError(f"corrupt_text is {len(corrupt)} tokens long and text {len(ids)}: patching copies "
-                              "position by position, so pass texts of the same length")
-    if len(ids) < 2:
-        raise TinyLMError("text is one token long: pass at least two, so that there is a next token to predict")
+    inputs = experiments.check_inputs(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
     out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)
     check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = experiments.analyze(loaded, ids, corrupt, out_dir, cfg)
+        result = experiments.analyze(loaded, inputs, out_dir, cfg)
     except OSError as e:  # what the check could not know: a full disk, a read-only mount, a race
         raise TinyLMError(f"could not write into {out_dir}: {e.strerror or e}; pass out_dir=DIR, a folder you "
                           "can write to") from None

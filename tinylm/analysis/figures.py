@@ -28,6 +28,7 @@ SCORE_TITLES = {
     "induction": "Induction score: attention to the token after the earlier occurrence",
     "entropy": "Attention entropy (nats): low = focused, high = spread out",
     "ablation_loss_delta": "Loss increase when the head is switched off",
+    "ablation_exact_match_delta": "Exact-match change when the head is switched off",
     "restored": "Head patching: share of the clean answer's logit restored",
 }
 
@@ -117,13 +118,13 @@ def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None =
     for r in rows:
         values[r["layer"], r["head"]] = np.nan if r[score] is None else r[score]
     finite = values[np.isfinite(values)]
-    if score == "ablation_loss_delta":
+    if score.startswith("ablation"):
         reach = max(float(np.abs(finite).max(initial=0.0)), 1e-6)
         vmin, vmax, cmap = -reach, reach, "RdBu_r"
     else:
         vmin, cmap = 0.0, "viridis"
         vmax = vmax if vmax is not None else (1.0 if score != "entropy" else max(float(finite.max(initial=0)), 1e-6))
-    fmt = "{:+.3f}" if score == "ablation_loss_delta" else "{:.2f}"
+    fmt = "{:+.3f}" if score.startswith("ablation") else "{:.2f}"
     text = [["–" if math.isnan(v) else fmt.format(v) for v in row] for row in values]
     return grid_figure(values, [f"layer {i}" for i in range(layers)], [f"head {j}" for j in range(heads)],
                        [SCORE_TITLES.get(score, score), *([note] if note else [])], ("head", "layer"),

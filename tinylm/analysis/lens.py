@@ -36,5 +36,5 @@ def logit_lens(probe: Probe, tokenizer) -> dict:
         prob, top1 = F.softmax(logits[0], dim=-1).max(dim=-1)  # (T,) each
         layers.append({"layer": layer, "top1": pieces(tokenizer, top1.tolist()),
                        "prob": [round(p, 6) for p in prob.tolist()],
-                       "loss": probe.losses(logits).mean().item()})
+                       "loss": probe.loss(logits=logits)})
     return {"tokens": pieces(tokenizer, probe.tokens[0].tolist()), "layers": layers}

@@ -15,6 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.models.base import LanguageModel, eval_no_grad
+from tinylm.models.seq2seq import PAD_ID
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Probe:
     inputs: tuple[torch.Tensor, ...]  # decoder: (idx (B, T),); encoder-decoder: (src (B, S), tgt (B, T))
     targets: torch.Tensor  # (B, T'): what each scored position should predict
     scored: slice  # the positions of the logits scored against ``targets``
+    ignore: int = -100  # a target id that is not scored (an encoder-decoder's padding)
 
     @classmethod
     def of_text(cls, model: LanguageModel, ids: torch.Tensor) -> Probe:
@@ -33,7 +35,7 @@ class Probe:
     def of_pair(cls, model: LanguageModel, src: torch.Tensor, tgt: torch.Tensor, targets: torch.Tensor) -> Probe:
         """An encoder-decoder on a source (B, S) and a target (B, T) starting with BEGIN, scored
         against ``targets`` (B, T), the target + END."""
-        return cls(model, (src, tgt), targets, slice(0, tgt.size(1)))
+        return cls(model, (src, tgt), targets, slice(0, tgt.size(1)), ignore=PAD_ID)
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -49,8 +51,10 @@ class Probe:
         """The next-token loss (B, T') at every scored position."""
         logits = self.logits() if logits is None else logits
         scored = logits[:, self.scored]  # (B, T', V)
-        return F.cross_entropy(scored.transpose(1, 2), self.targets, reduction="none")  # (B, T')
+        return F.cross_entropy(scored.transpose(1, 2), self.targets, reduction="none",
+                               ignore_index=self.ignore)  # (B, T'), 0 where not scored
 
-    def loss(self, positions: slice = slice(None)) -> float:
+    def loss(self, positions: slice = slice(None), logits: torch.Tensor | None = None) -> float:
         """The mean next-token loss over the scored ``positions`` (default: all of them)."""
-        return self.losses()[:, positions].mean().item()
+        kept = (self.targets[:, positions] != self.ignore).sum()
+        return (self.losses(logits)[:, positions].sum() / kept).item()

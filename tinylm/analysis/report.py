@@ -46,6 +46,9 @@ READING = {
         "clean answer's logit (after the last position) that this one copy brings back: 1 means the "
         "information the answer needs is all there, 0 that it is not used. The bright path shows where the "
         "information travels from the changed position to the last one."),
+    "ablation_exact_match_delta": (
+        "Head ablation, exact match", "The change in the share of sources translated exactly (greedy decoding) "
+        "when that one cross-attention head is switched off: negative for the heads the translation needs."),
     "patching_heads": (
         "Activation patching, heads", "As above, but copying one head's output (at every position) from the "
         "clean run: the heads whose cells are bright move the information the clean answer needs."),
@@ -63,8 +66,8 @@ def write_figures(out_dir: Path, rows: list[dict], lens: dict | None, patch: dic
     drawn = []
     if lens is not None:
         drawn.append(("logit_lens", figures.lens_figure(lens, note)))
-    drawn += [(score, figures.head_grid(rows, score, note)) for score in (*figures.SCORE_TITLES,)
-              if score != "restored" and rows and score in rows[0]]
+    drawn += [(score, figures.head_grid(rows, score, note)) for score in figures.SCORE_TITLES
+              if rows[0].get(score) is not None]
     if patch is not None:
         drawn += figures.patching_figures(patch, lens["tokens"] if lens else [], answer, note)
     return [(name, save_png(figure, out_dir / f"{name}.png")) for name, figure in drawn]
@@ -81,13 +84,14 @@ def write_report(out_dir: Path, header: str, written: list[tuple[str, Path]], ta
     return path
 
 
-def head_rows_table(rows: list[dict], extra: str = "ablation_loss_delta") -> str:
-    """The short table analyze.py prints: one line per head, its scores side by side."""
-    names = [key for key in ("previous_token", "induction", "entropy", extra) if rows and key in rows[0]]
+def head_rows_table(rows: list[dict], extra: str | None = None) -> str:
+    """The short table analyze.py prints: one line per head, its scores side by side (those not null)."""
+    names = [key for key in ("previous_token", "induction", "entropy", "ablation_loss_delta", extra)
+             if key and rows[0].get(key) is not None]
     lines = ["layer head " + " ".join(f"{name:>19}" for name in names)]
     for row in rows:
         lines.append(f"{row['layer']:>5} {row['head']:>4} " + " ".join(
-            f"{row[name]:>19.4f}" if row[name] is not None else f"{'-':>19}" for name in names))
+            f"{row[name]:>19.4f}" for name in names))
     return "\n".join(lines)
 
 
