@@ -14,6 +14,8 @@ strings come from a generator of its own, so it never changes a run's weights.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tinylm.analysis.figures import head_grid
@@ -90,7 +92,8 @@ class HeadScores(AttentionInspector):
         due = self.images_every_n_steps and step % self.images_every_n_steps == 0
         if writer is not None and (due or ending):
             for score in SCORES:
-                image = render_rgb(head_grid(rows, score, note=f"step {step}"))
+                top = math.log(len(ids)) if score == "entropy" else None  # one scale for every step
+                image = render_rgb(head_grid(rows, score, note=f"step {step}", vmax=top, values=False))
                 add_rgb_image(writer, f"maps/heads_{score}", image, step)
 
     def run_metrics(self) -> dict:
