@@ -86,7 +86,7 @@ def projected(repeats: int) -> float:
         best_scores = min(best_scores, time.perf_counter() - started)
         started = time.perf_counter()
         for score in SCORES:
-            render_rgb(head_grid(rows, score, note="step 1000", values=False))  # as the callback draws them
+            render_rgb(head_grid(rows, score, note="step 1000", numbers=False))  # as the callback draws them
         best_images = min(best_images, time.perf_counter() - started)
     calls, image_rounds = steps // callback.every_n_steps, steps // callback.images_every_n_steps
     cost = calls * best_scores + image_rounds * best_images

@@ -93,7 +93,7 @@ class HeadScores(AttentionInspector):
         if writer is not None and (due or ending):
             for score in SCORES:
                 top = math.log(len(ids)) if score == "entropy" else None  # one scale for every step
-                image = render_rgb(head_grid(rows, score, note=f"step {step}", vmax=top, values=False))
+                image = render_rgb(head_grid(rows, score, note=f"step {step}", vmax=top, numbers=False))
                 add_rgb_image(writer, f"maps/heads_{score}", image, step)
 
     def run_metrics(self) -> dict:

@@ -111,9 +111,9 @@ def lens_figure(lens: dict, note: str = "") -> Figure:
                        cell_text=text)
 
 
-def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None = None, values: bool = True) -> Figure:
+def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None = None, numbers: bool = True) -> Figure:
     """A layer × head grid of ``score`` (a key of ``heads.json``'s rows), its value in each cell
-    (``values=False``: colours only, drawn in about half the time)."""
+    (``numbers=False``: colours only, drawn in about half the time)."""
     layers, heads = max(r["layer"] for r in rows) + 1, max(r["head"] for r in rows) + 1
     values = np.full((layers, heads), np.nan)
     for r in rows:
@@ -130,7 +130,7 @@ def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None =
     return grid_figure(values, [f"layer {i}" for i in range(layers)], [f"head {j}" for j in range(heads)],
                        [SCORE_TITLES.get(score, score), *([note] if note else [])], ("head", "layer"),
                        SCORE_TITLES.get(score, score).split(":")[0], vmin, vmax, cmap=cmap,
-                       cell_text=text if values else None)
+                       cell_text=text if numbers else None)
 
 
 def patching_figures(patch: dict, tokens: Sequence[str], answer: str, note: str = "") -> list[tuple[str, Figure]]:
