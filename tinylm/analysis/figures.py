@@ -60,6 +60,7 @@ def grid_figure(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], ti
     grid_w, grid_h = C * cell, R * cell
     width = max(left + grid_w + PAD, 2 * PAD + max(_em(t, TITLE_PT) for t in title),
                 left + _em(axis_titles[0]) + PAD, left + max(_em(bar_label), 6.0) + PAD + 1.5)
+    left += max(0.0, width - left - max(grid_w, _em(bar_label), 6.0) - PAD - 1.5) / 2  # centred under the title
     top = PAD + len(title) * LINE * TITLE_PT / LABEL_PT + 0.5
     bar_top = top + grid_h + TICK_PAD + col_h + LINE + 0.5
     height = max(bar_top + BAR + TICK_PAD + 2 * LINE + PAD, top + grid_h + 2 * LINE)
@@ -84,7 +85,8 @@ def grid_figure(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], ti
             ax.text(left + (j + 0.5) * cell, top + grid_h + TICK_PAD, label, ha="center", va="top", fontsize=LABEL_PT)
         ax.text(left + grid_w / 2, top + grid_h + TICK_PAD + col_h, axis_titles[0], ha="center", va="top",
                 fontsize=LABEL_PT)
-        ax.text(PAD, top + grid_h / 2, axis_titles[1], rotation=90, ha="left", va="center", fontsize=LABEL_PT)
+        ax.text(left - TICK_PAD - row_w - LINE, top + grid_h / 2, axis_titles[1], rotation=90, ha="left",
+                va="center", fontsize=LABEL_PT)
         x0, x1 = left, left + max(grid_w, _em(bar_label), 6.0)
         ax.imshow(np.linspace(0, 1, 256)[None], cmap=colours, extent=(x0, x1, bar_top + BAR, bar_top), aspect="auto")
         ax.add_patch(Rectangle((x0, bar_top), x1 - x0, BAR, fill=False, linewidth=0.8))
