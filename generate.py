@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from tinylm.cli import checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
@@ -65,6 +65,8 @@ def check_options(cfg: DictConfig) -> None:
         raise TinyLMError(f"use_cache={cfg.use_cache!r} must be true or false")
     if type(cfg.prompt_max_mib) not in (int, float) or not 0 < cfg.prompt_max_mib < float("inf"):
         raise TinyLMError(f"prompt_max_mib={cfg.prompt_max_mib!r} must be a number > 0 (MiB), e.g. 1")
+    if not isinstance(cfg.ablate, ListConfig | list) and cfg.ablate is not None:
+        raise TinyLMError(f"ablate={cfg.ablate!r} must be a list of layer.head, e.g. ablate=[0.2,1.3]")
     if type(cfg.beam_size) is not int or cfg.beam_size < 1:
         raise TinyLMError(f"beam_size={cfg.beam_size!r} must be an integer >= 1 (1: no beam search)")
 
@@ -101,10 +103,15 @@ def run(cfg: DictConfig) -> None:
     prompt = read_prompt(cfg)
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
     if is_onnx(cfg):  # an ONNX file continues text
+        if cfg.ablate:
+            raise TinyLMError("ablate= switches heads off in a PyTorch checkpoint: pass its .ckpt, not the .onnx file")
         print_samples(cfg, onnx_sampler(cfg, seed), prompt, seed)
         return
     loaded = load_checkpoint(cfg)
-    get_task(loaded.task).generate(cfg, loaded, prompt, seed)  # text: continuations; translation: translations
+    from tinylm.analysis.hooks import heads_switched_off  # torch: only here, never for an ONNX file
+
+    with heads_switched_off(loaded.model, cfg.ablate):  # ablate=[layer.head, ...]: those heads zeroed
+        get_task(loaded.task).generate(cfg, loaded, prompt, seed)  # text: continuations; translation: translations
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")

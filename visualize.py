@@ -22,48 +22,17 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
-from tinylm.cli import checkpoint_from_config, launch, run_command
+from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks import get_task
 from tinylm.tasks.text.printing import say_checkpoint
-from tinylm.textfile import unwritable_folder
-from tinylm.tokenizer import Tokenizer
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
 
 TEXT_KEYS = ("text",)  # free text, taken literally
 PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
-
-
-def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:
-    """The probe text's ids, or one clear error if the model cannot read it."""
-    if not text:
-        raise TinyLMError('text is empty: pass the text to look at, e.g. text="自注意力可以让序列"')
-    missing = tokenizer.unknown(text)
-    if missing:
-        raise TinyLMError(
-            f"text has {len(missing)} character(s) outside the checkpoint's vocabulary: "
-            f"{' '.join(repr(c) for c in missing)}: use characters of the training text"
-        )
-    ids = tokenizer.encode(text)
-    if len(ids) > block_size:
-        raise TinyLMError(
-            f"text is {len(ids)} tokens long but the model sees at most block_size={block_size}: "
-            "pass a shorter text"
-        )
-    return ids
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """One clear error, before anything is drawn, if the PNGs cannot go into ``out_dir`` (nothing is created)."""
-    problem = unwritable_folder(out_dir)
-    if problem is None:
-        return
-    folder, why = problem
-    fix = "a folder (or a new name)" if not folder.is_dir() else "a folder you can write to"
-    raise TinyLMError(f"cannot write the PNGs into {out_dir}: {folder} {why}; pass out_dir=DIR, {fix}")
 
 
 def run(cfg: DictConfig) -> list[Path]:

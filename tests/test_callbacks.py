@@ -75,7 +75,8 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
         assert all(0 < e.value < 1 for e in values)
 
     images = acc.Tags()["images"]
-    assert sorted(images) == ["maps/attention_layer0", "maps/attention_layer1", "maps/causal_mask"]
+    assert sorted(images) == ["maps/attention_layer0", "maps/attention_layer1", "maps/causal_mask",
+                              "maps/heads_entropy", "maps/heads_induction", "maps/heads_previous_token"]
     for layer in ("maps/attention_layer0", "maps/attention_layer1"):  # one image per layer per inspection
         shots = acc.Images(layer)
         assert [e.step for e in shots] == [10, 20]
@@ -93,7 +94,8 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     # opens the first two groups of its Time Series tab: the loss curves and the learning rate
     tags = [tag for kind in ("scalars", "images", "tensors") for tag in acc.Tags()[kind]]
     groups = sorted({tag.split("/")[0] for tag in tags})
-    assert groups == ["loss", "lr-AdamW", "maps", "probe", "samples", "summary"]
+    assert groups == ["loss", "lr-AdamW", "maps", "probe", "probe_heads_layer0", "probe_heads_layer1", "samples",
+                      "summary"]
     assert sorted(t for t in tags if t.startswith("loss/")) == ["loss/train", "loss/val", "loss/val_bpc"]
     # the HParams tab's session, written after training: it must reach the disk before the process ends
     hparams = event_multiplexer.EventMultiplexer()

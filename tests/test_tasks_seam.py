@@ -138,7 +138,8 @@ def test_the_data_group_names_the_task(tmp_path):
 
 
 def test_each_task_leaves_out_the_views_of_the_other():
-    assert views_left_out(get_task("translation")) == {"sample_text", "attention_maps", "next_token_probes"}
+    assert views_left_out(get_task("translation")) == {"sample_text", "attention_maps", "next_token_probes",
+                                                       "head_scores"}
     assert views_left_out(get_task("text")) == {"translation_samples", "translation_maps"}
 
 

@@ -6,7 +6,8 @@ letters (``prompt=我正在学习``, ``ckpt_path=模型/last.ckpt``), quotes, br
 values of chosen keys in Hydra quotes before Hydra sees ``sys.argv``, so users never have to quote
 twice (once for the shell, once for Hydra). ``run_command`` and ``quiet_broken_pipe`` make an
 entry point follow the house rules: bad input is one ``error: ...`` line, Ctrl-C exit 130, a
-closed pipe a quiet exit 141.
+closed pipe a quiet exit 141. ``encode_text`` and ``check_out_dir``: the text and the output
+folder of the commands that draw a checkpoint's figures (visualize.py, analyze.py).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
 
 from tinylm.errors import TinyLMError
+from tinylm.textfile import unwritable_folder
 
 if TYPE_CHECKING:
     from tinylm.checkpoint import Chosen
+    from tinylm.tokenizer import Tokenizer
 
 # bash reports 128 + SIGPIPE (13) for `yes | head -1`: a closed pipe reads the same for us, so
 # `set -o pipefail` scripts that already accept it from other tools accept it from ours.
@@ -128,3 +132,32 @@ def launch(main: Callable[[], None], text_keys: Iterable[str], path_keys: Iterab
     sys.argv = quote_values(quote_values(sys.argv, text_keys, literal=True), path_keys)
     with quiet_broken_pipe():
         main()
+
+
+def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:
+    """The probe text's ids, or one clear error if the model cannot read it."""
+    if not text:
+        raise TinyLMError('text is empty: pass the text to look at, e.g. text="自注意力可以让序列"')
+    missing = tokenizer.unknown(text)
+    if missing:
+        raise TinyLMError(
+            f"text has {len(missing)} character(s) outside the checkpoint's vocabulary: "
+            f"{' '.join(repr(c) for c in missing)}: use characters of the training text"
+        )
+    ids = tokenizer.encode(text)
+    if len(ids) > block_size:
+        raise TinyLMError(
+            f"text is {len(ids)} tokens long but the model sees at most block_size={block_size}: "
+            "pass a shorter text"
+        )
+    return ids
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """One clear error, before anything is drawn, if the PNGs cannot go into ``out_dir`` (nothing is created)."""
+    problem = unwritable_folder(out_dir)
+    if problem is None:
+        return
+    folder, why = problem
+    fix = "a folder (or a new name)" if not folder.is_dir() else "a folder you can write to"
+    raise TinyLMError(f"cannot write the PNGs into {out_dir}: {folder} {why}; pass out_dir=DIR, {fix}")

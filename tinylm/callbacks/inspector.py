@@ -81,6 +81,10 @@ class PeriodicInspector(L.Callback):
     def inspect(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         raise NotImplementedError
 
+    def run_metrics(self) -> dict:
+        """What it adds to the run's metrics.json when training ends ({}: nothing)."""
+        return {}
+
     def timed(self, what: str, step: int, action: Callable[[], None]) -> None:
         """``guarded(action)``, its time added to ``seconds``."""
         started = time.perf_counter()

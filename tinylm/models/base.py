@@ -82,6 +82,8 @@ class LanguageModel(nn.Module):
     - ``past_shape(batch_size, length)``: the shape of ``Decoder.step``'s keys and values; None for
       a model without a step, which cannot be exported to ONNX
     - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
+    - ``attention_layers()``, ``residual_layers()``, ``head(x)``: the parts ``tinylm.analysis`` hooks
+      into to score, ablate and patch heads and to read the residual stream (the logit lens)
     """
 
     config: ModelConfig
@@ -106,6 +108,21 @@ class LanguageModel(nn.Module):
     def token_embeddings(self) -> torch.Tensor:
         """The token embedding matrix (V, C): one row per vocabulary symbol."""
         return self.token_embedding.weight
+
+    def attention_layers(self) -> dict[str, list[nn.Module]]:
+        """Each kind of attention's modules, one per layer: "self" for a decoder; "encoder", "decoder"
+        and "cross" for an encoder-decoder; {} without attention. Each module's ``proj`` reads the
+        heads' outputs side by side, (B, T, h * hs), and has ``num_heads`` and ``head_size``."""
+        return {}
+
+    def residual_layers(self) -> list[nn.Module]:
+        """The blocks whose outputs (the first element of what each returns) are the residual stream
+        (B, T, C) that ``head`` reads after the last of them; [] for a model without one."""
+        return []
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """A residual stream (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
+        raise NotImplementedError(f"{type(self).__name__} has no residual stream to read")
 
     def dimensions(self) -> dict[str, int]:
         """The model's sizes by the letters its shape comments use, e.g. {"C (embedding width)": 64}."""

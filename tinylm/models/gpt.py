@@ -267,7 +267,7 @@ class GPT(Decoder):
         return x, attention
 
     def head(self, x):
-        """The last block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
+        """A block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
         x = self.ln_f(x)  # (B, T, C)
         trace("final LayerNorm", x)
         logits = self.lm_head(x)  # (B, T, V)
@@ -321,6 +321,12 @@ class GPT(Decoder):
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Per layer (B, h, T, T): every layer computes softmax(q kᵀ/√hs) itself, even with SDPA."""
         return self.blocks_output(idx, need_weights=True)[1]
+
+    def attention_layers(self) -> dict[str, list[nn.Module]]:
+        return {"self": [block.attn for block in self.blocks]}
+
+    def residual_layers(self) -> list[nn.Module]:
+        return list(self.blocks)
 
     def dimensions(self) -> dict[str, int]:
         c = self.config

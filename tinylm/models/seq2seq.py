@@ -214,8 +214,11 @@ class Seq2Seq(EncoderDecoder):
             cache.length += tgt.size(1)
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
-        return logits, self_attention, cross_attention
+        return self.head(x), self_attention, cross_attention  # logits (B, T, V)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """A decoder block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
+        return self.lm_head(self.ln_f(x))
 
     def forward(self, src, tgt, targets=None):
         """Teacher forcing: src (B, S), tgt (B, T) = BEGIN + target -> (logits (B, T, V), loss or None).
@@ -237,6 +240,14 @@ class Seq2Seq(EncoderDecoder):
         memory = self.encode(src)
         _, self_attention, cross_attention = self.decode(tgt, memory)
         return {"encoder": memory.encoder_attention, "decoder": self_attention, "cross": cross_attention}
+
+    def attention_layers(self) -> dict[str, list[nn.Module]]:
+        return {"encoder": [block.attn for block in self.encoder],
+                "decoder": [block.self_attn for block in self.decoder],
+                "cross": [block.cross_attn for block in self.decoder]}
+
+    def residual_layers(self) -> list[nn.Module]:
+        return list(self.decoder)  # the logit lens reads the decoder
 
     def parameter_table(self) -> list[tuple[str, int]]:
         """(part, parameter count) rows: embeddings, encoder blocks, decoder blocks, LayerNorms, lm_head."""

@@ -29,6 +29,7 @@ from lightning.pytorch.callbacks import EarlyStopping, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
+from tinylm.callbacks.inspector import PeriodicInspector
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
@@ -209,6 +210,9 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     scores = {name: float(trainer.callback_metrics[score_tag(name)]) for name in module.score_names
               if score_tag(name) in trainer.callback_metrics}
     metrics.update({f"val_{name}": value for name, value in scores.items()})
+    for callback in trainer.callbacks:  # e.g. the final head scores (tinylm.analysis.callback.HeadScores)
+        if isinstance(callback, PeriodicInspector):
+            metrics.update(callback.run_metrics())
     metrics["interrupted"] = interrupt.interrupted_at is not None
     metrics["interrupted_by"] = signal.Signals(interrupt.signal).name if metrics["interrupted"] else None
     # stopped by early stopping before trainer.max_steps (a resumed run keeps the reason of an earlier stop)

@@ -17,7 +17,7 @@ from tinylm.tasks.text.printing import Sampler, print_samples
 class TextTask(Task):
     name = "text"
     data_target = "tinylm.tasks.text.data.TextDataModule"
-    views = ("sample_text", "attention_maps", "next_token_probes")
+    views = ("sample_text", "attention_maps", "next_token_probes", "head_scores")
 
     def config_problems(self, cfg, model_class) -> list[str]:
         if is_encoder_decoder(model_class):

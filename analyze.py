@@ -1,0 +1,102 @@
+"""Experiments on a trained model: which heads matter, what each layer predicts, where an answer lives.
+
+    python analyze.py                                   # newest run's best checkpoint, default text
+    python analyze.py run_dir=outputs/runs/<time> text="自注意力可以让序列中的每个位置"
+    python analyze.py ckpt_path=path/to/last.ckpt ablation=mean out_dir=experiments
+    python analyze.py text="注意力可以" corrupt_text="注意力不可"   # + activation patching
+
+Writes into ``out_dir`` (default: ``<run folder>/analysis/``) and prints a short table:
+
+- ``heads.json``: per layer and head its previous-token, induction and entropy scores and how much
+  the loss on the text rises when it is switched off (``tinylm.analysis.heads``);
+- ``logit_lens.json``: the prediction after each block (``tinylm.analysis.lens``);
+- with ``corrupt_text`` (as many tokens as ``text``): ``patching.json``, what copying each
+  activation from the clean run into the corrupt one restores (``tinylm.analysis.patching``);
+- a figure of each, and ``REPORT.md`` saying how to read them.
+
+An encoder-decoder (``model=seq2seq``): ``text`` holds source lines (``\n`` between them) and
+``target`` their references (null: the model's own translations); heads.json scores its
+cross-attention heads, switched off on the loss and on exact match, and the logit lens reads the
+decoder (``tinylm.analysis.translation``). An LSTM or GRU has no heads and no residual stream: it
+gets one line saying so. See conf/analyze.yaml for every option.
+"""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from tinylm.cli import check_out_dir, checkpoint_from_config, launch, run_command
+from tinylm.errors import TinyLMError
+
+# Run folders live under the project folder, wherever the command is launched from.
+os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))
+
+TEXT_KEYS = ("text", "corrupt_text", "target")  # free text, taken literally
+PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Reject bad values before the checkpoint is even looked for."""
+    from tinylm.analysis.heads import ABLATIONS
+
+    if cfg.ablation not in ABLATIONS:
+        raise TinyLMError(f"ablation={cfg.ablation!r}: choose zero (a head's output set to 0) or mean (set to its "
+                          "mean over the text)")
+    if type(cfg.induction_draws) is not int or cfg.induction_draws < 1:
+        raise TinyLMError(f"induction_draws={cfg.induction_draws!r} must be an integer >= 1 (random strings to "
+                          "average the induction score over)")
+    if type(cfg.seed) is not int:
+        raise TinyLMError(f"seed={cfg.seed!r} must be an integer (it draws the random strings)")
+    if cfg.threads is not None and (type(cfg.threads) is not int or cfg.threads < 1):
+        raise TinyLMError(f"threads={cfg.threads!r} must be an integer >= 1, or null")
+
+
+def default_out_dir(checkpoint: Path) -> Path:
+    """``<run folder>/analysis`` for a run's checkpoint, else ``<checkpoint name>-analysis`` beside it."""
+    if checkpoint.parent.name == "checkpoints":
+        return checkpoint.parent.parent / "analysis"
+    return checkpoint.parent / f"{checkpoint.stem}-analysis"
+
+
+def require_heads(loaded) -> None:
+    if not loaded.model.attention_layers():
+        raise TinyLMError(
+            f"checkpoint {loaded.path} holds an {loaded.model.config.arch} model: it has no attention heads and no "
+            "residual stream, so head scores, ablation, the logit lens and patching do not apply to it; "
+            "evaluate.py (its loss and bits per character) and generate.py do")
+
+
+def run(cfg: DictConfig) -> dict:
+    check_options(cfg)
+    import torch
+
+    from tinylm.analysis import experiments
+    from tinylm.checkpoint import load_model
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    path = checkpoint_from_config(cfg)
+    loaded = load_model(path)
+    require_heads(loaded)
+    inputs = experiments.check_inputs(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
+    out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)
+    check_out_dir(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        result = experiments.analyze(loaded, inputs, out_dir, cfg)
+    except OSError as e:  # what the check could not know: a full disk, a read-only mount, a race
+        raise TinyLMError(f"could not write into {out_dir}: {e.strerror or e}; pass out_dir=DIR, a folder you "
+                          "can write to") from None
+    print(result["printed"])
+    return result
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="analyze")
+def main(cfg: DictConfig) -> None:
+    run_command(run, cfg)
+
+
+if __name__ == "__main__":
+    launch(main, TEXT_KEYS, PATH_KEYS)

@@ -1,0 +1,149 @@
+"""The experiments' figures: a grid of coloured cells with a value or a character in each.
+
+- the logit lens: blocks × positions, the top-1 character in each cell, coloured by its probability;
+- a layer × head grid per head score (previous-token, induction, entropy), and the ablation grid;
+- activation patching: blocks × positions for the residual stream, layer × head for the heads.
+
+Drawn like the attention heatmaps (``tinylm.plots``): plain matplotlib figures on the Agg canvas,
+the CJK font, sizes in ems of the labels' font (``tinylm.plots.layout``), one axes over the page.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tinylm.plots.figures import visible
+from tinylm.plots.layout import DPI, EM, LABEL_PT, LINE, PAD, TICK_PAD, TITLE_PT
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+BAR = 0.8  # the colour bar's height, in label ems
+SCORE_TITLES = {
+    "previous_token": "Previous-token score: mean attention from i to i − 1",
+    "induction": "Induction score: attention to the token after the earlier occurrence",
+    "entropy": "Attention entropy (nats): low = focused, high = spread out",
+    "ablation_loss_delta": "Loss increase when the head is switched off",
+    "ablation_exact_match_delta": "Exact-match change when the head is switched off",
+    "restored": "Head patching: share of the clean answer's logit restored",
+}
+
+
+def _em(text: str, pt: float = LABEL_PT) -> float:
+    from tinylm.plots.rendering import char_em
+
+    return max((sum(map(char_em, line)) for line in text.split("\n")), default=0.0) * pt / LABEL_PT
+
+
+def grid_figure(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], title: Sequence[str],
+                axis_titles: tuple[str, str], bar_label: str, vmin: float, vmax: float, cmap: str = "viridis",
+                cell_text: Sequence[Sequence[str]] | None = None) -> Figure:
+    """Cells ``values`` (R, C) coloured on [vmin, vmax] (NaN: grey), rows and columns labelled,
+    ``cell_text`` (R x C strings) written in the cells, a colour bar under the grid.
+    ``axis_titles``: the columns' and the rows'."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    from tinylm.plots.rendering import cjk_style
+
+    R, C = values.shape
+    texts = [t for line in (cell_text or []) for t in line]
+    cell = max(1.6, *(_em(t) + 0.5 for t in texts), *(_em(c) + 0.3 for c in cols))
+    row_w = max(_em(r) for r in rows)
+    col_h = max(c.count("\n") + 1 for c in cols) * LINE
+    left = PAD + LINE + row_w + TICK_PAD
+    grid_w, grid_h = C * cell, R * cell
+    width = max(left + grid_w + PAD, 2 * PAD + max(_em(t, TITLE_PT) for t in title),
+                left + _em(axis_titles[0]) + PAD, left + max(_em(bar_label), 6.0) + PAD + 1.5)
+    left += max(0.0, width - left - max(grid_w, _em(bar_label), 6.0) - PAD - 1.5) / 2  # centred under the title
+    top = PAD + len(title) * LINE * TITLE_PT / LABEL_PT + 0.5
+    bar_top = top + grid_h + TICK_PAD + col_h + LINE + 0.5
+    height = max(bar_top + BAR + TICK_PAD + 2 * LINE + PAD, top + grid_h + 2 * LINE)
+    colours = colormaps[cmap].with_extremes(bad="0.85")
+    with cjk_style():
+        fig = Figure(figsize=(width * EM, height * EM), dpi=DPI)
+        fig.suptitle("\n".join(title), y=1 - PAD / height, fontsize=TITLE_PT)
+        ax = fig.add_axes((0, 0, 1, 1), xlim=(0, width), ylim=(height, 0))
+        ax.set_axis_off()
+        ax.imshow(np.ma.masked_invalid(values), cmap=colours, vmin=vmin, vmax=vmax, aspect="auto",
+                  extent=(left, left + grid_w, top + grid_h, top), interpolation="nearest")
+        ax.add_patch(Rectangle((left, top), grid_w, grid_h, fill=False, linewidth=0.8))
+        norm = (values - vmin) / (vmax - vmin or 1)
+        for i in range(R):
+            ax.text(left - TICK_PAD, top + (i + 0.5) * cell, rows[i], ha="right", va="center", fontsize=LABEL_PT)
+            for j in range(C if cell_text else 0):
+                shade = colours(norm[i, j]) if math.isfinite(norm[i, j]) else (0.85, 0.85, 0.85, 1)
+                dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
+                ax.text(left + (j + 0.5) * cell, top + (i + 0.5) * cell, cell_text[i][j], ha="center",
+                        va="center", fontsize=LABEL_PT, color="white" if dark else "black")
+        for j, label in enumerate(cols):
+            ax.text(left + (j + 0.5) * cell, top + grid_h + TICK_PAD, label, ha="center", va="top", fontsize=LABEL_PT)
+        ax.text(left + grid_w / 2, top + grid_h + TICK_PAD + col_h, axis_titles[0], ha="center", va="top",
+                fontsize=LABEL_PT)
+        ax.text(left - TICK_PAD - row_w - LINE, top + grid_h / 2, axis_titles[1], rotation=90, ha="left",
+                va="center", fontsize=LABEL_PT)
+        x0, x1 = left, left + max(grid_w, _em(bar_label), 6.0)
+        ax.imshow(np.linspace(0, 1, 256)[None], cmap=colours, extent=(x0, x1, bar_top + BAR, bar_top), aspect="auto")
+        ax.add_patch(Rectangle((x0, bar_top), x1 - x0, BAR, fill=False, linewidth=0.8))
+        for end, value in ((x0, vmin), (x1, vmax)):
+            ax.text(end, bar_top + BAR + TICK_PAD, f"{value:.2g}", ha="center", va="top", fontsize=LABEL_PT)
+        ax.text((x0 + x1) / 2, bar_top + BAR + TICK_PAD + LINE, bar_label, ha="center", va="top", fontsize=LABEL_PT)
+    return fig
+
+
+def _positions(tokens: Sequence[str]) -> list[str]:
+    return [f"{visible(t) or '?'}\n{i}" for i, t in enumerate(tokens)]
+
+
+def lens_figure(lens: dict, note: str = "") -> Figure:
+    """The logit lens: a row per block, a column per position; each cell the top-1 prediction of
+    the next token read after that block, coloured by its probability."""
+    layers = lens["layers"]
+    probs = np.array([layer["prob"] for layer in layers])  # (L, T)
+    text = [[visible(t) or "?" for t in layer["top1"]] for layer in layers]
+    rows = [f"after block {layer['layer']}  loss {layer['loss']:.2f}" for layer in layers]
+    return grid_figure(probs, rows, _positions(lens["tokens"]),
+                       ["Logit lens: the next token predicted after each block", *([note] if note else [])],
+                       ("position (the token read last)", "block"), "probability of the top-1 token", 0.0, 1.0,
+                       cell_text=text)
+
+
+def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None = None, numbers: bool = True) -> Figure:
+    """A layer × head grid of ``score`` (a key of ``heads.json``'s rows), its value in each cell
+    (``numbers=False``: colours only, drawn in about half the time)."""
+    layers, heads = max(r["layer"] for r in rows) + 1, max(r["head"] for r in rows) + 1
+    values = np.full((layers, heads), np.nan)
+    for r in rows:
+        values[r["layer"], r["head"]] = np.nan if r[score] is None else r[score]
+    finite = values[np.isfinite(values)]
+    if score.startswith("ablation"):
+        reach = max(float(np.abs(finite).max(initial=0.0)), 1e-6)
+        vmin, vmax, cmap = -reach, reach, "RdBu_r"
+    else:
+        vmin, cmap = 0.0, "viridis"
+        vmax = vmax if vmax is not None else (1.0 if score != "entropy" else max(float(finite.max(initial=0)), 1e-6))
+    fmt = "{:+.3f}" if score.startswith("ablation") else "{:.2f}"
+    text = [["–" if math.isnan(v) else fmt.format(v) for v in row] for row in values]
+    return grid_figure(values, [f"layer {i}" for i in range(layers)], [f"head {j}" for j in range(heads)],
+                       [SCORE_TITLES.get(score, score), *([note] if note else [])], ("head", "layer"),
+                       SCORE_TITLES.get(score, score).split(":")[0], vmin, vmax, cmap=cmap,
+                       cell_text=text if numbers else None)
+
+
+def patching_figures(patch: dict, tokens: Sequence[str], answer: str, note: str = "") -> list[tuple[str, Figure]]:
+    """The residual stream (blocks × positions) and the heads (layer × head): the share of the clean
+    answer's logit each patch restores."""
+    values = np.array([[np.nan if v is None else v for v in row] for row in patch["residual"]])  # (L, T)
+    text = [["–" if math.isnan(v) else f"{v:.1f}" for v in row] for row in values]
+    title = [f"Activation patching: clean → corrupt, answer {visible(answer)!r}", *([note] if note else [])]
+    residual = grid_figure(values, [f"after block {i}" for i in range(len(values))], _positions(tokens), title,
+                           ("position patched", "residual stream"), "share of the clean logit restored",
+                           min(0.0, float(np.nanmin(values, initial=0))), max(1.0, float(np.nanmax(values, initial=1))),
+                           cell_text=text)
+    heads = head_grid(patch["heads"], "restored", note=note)
+    return [("patching_residual", residual), ("patching_heads", heads)]
