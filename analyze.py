@@ -77,8 +77,8 @@ def run(cfg: DictConfig) -> dict:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    path = checkpoint_from_config(cfg)
-    loaded = load_model(path)
+    path, why = checkpoint_from_config(cfg)
+    loaded = load_model(path, why)
     require_heads(loaded)
     inputs = experiments.check_inputs(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
     out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)

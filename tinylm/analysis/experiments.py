@@ -15,6 +15,7 @@ from tinylm.analysis.translation import cross_head_table, first_pair_probe, pair
 from tinylm.cli import encode_text
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import visible
+from tinylm.tasks.text.printing import checkpoint_name
 
 
 def decoder_inputs(loaded, cfg) -> tuple[list[int], list[int] | None]:
@@ -81,7 +82,8 @@ def written(loaded, rows: list[dict], lens: dict, patch: dict | None, out_dir: P
               f"ablation: {cfg.ablation}.")
     files += [path for _, path in figures]
     files.append(report.write_report(out_dir, header, figures, table))
-    printed = "\n".join([f"analyzed {loaded.path} (step {loaded.global_step}) on {what}", table,
+    name = checkpoint_name(loaded.path, loaded.why, f"step {loaded.global_step}")
+    printed = "\n".join([f"analyzed {name} on {what}", table,
                          *(str(f) for f in files)])
     return {"heads": rows, "logit_lens": lens, "patching": patch, "files": files, "printed": printed}
 
