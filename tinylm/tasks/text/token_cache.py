@@ -202,4 +202,5 @@ def cached(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> 
             return meta, False
         if problem:
             log.warning("token cache %s is %s: rebuilding it", folder, problem)
+        print(f"tokenizing once into the token cache {folder}", file=sys.stderr)
         return build(folder, want, tokenize, identity), True
