@@ -137,6 +137,22 @@ class IdFile:
         return disk_error(self.folder, self.need, e) if e.errno in (errno.ENOSPC, errno.EDQUOT) else e
 
 
+class OnDisk:
+    """``count`` ids of a file from id ``start`` on, read a slice at a time: not mapped, so that hashing
+    them all does not count the whole file in the process's resident memory."""
+
+    def __init__(self, path: Path, dtype: np.dtype, start: int, count: int):
+        self.path, self.dtype, self.start, self.count = path, dtype, start, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, part: slice) -> np.ndarray:
+        first, stop, _ = part.indices(self.count)
+        return np.fromfile(self.path, self.dtype, count=max(stop - first, 0),
+                           offset=(self.start + first) * self.dtype.itemsize)
+
+
 def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> dict:
     """Tokenize into the cache: ``tokenize(open_sink)`` -> (tokenizer, characters, validation
     characters), as ``tokens.tokenize``; ``identity(train, val)`` -> the data identity. -> meta."""
@@ -165,8 +181,9 @@ def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> d
         meta = {"fingerprint": want, "dtype": sink.dtype.name, "n_train": sink.counts[0], "n_val": sink.counts[1],
                 "bytes": sum(sink.counts) * sink.dtype.itemsize, "num_chars": num_chars, "val_chars": val_chars,
                 "tokenizer": tokenizer.state()}
+        meta["identity"] = identity(*(OnDisk(tmp, sink.dtype, start, count)
+                                      for start, count in ((0, sink.counts[0]), (sink.counts[0], sink.counts[1]))))
         os.replace(tmp, folder / "ids.bin")
-        meta["identity"] = identity(*map_ids(folder, meta))
         write_atomically(folder / "meta.json", json.dumps(meta, ensure_ascii=False), sink)
         return meta
     finally:
