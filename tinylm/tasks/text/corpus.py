@@ -77,18 +77,19 @@ def corpus_files(path: Path) -> list[Path]:
 class Progress:
     """A progress line on stderr (size and rate) while a large text is read; nothing for a small one."""
 
-    def __init__(self, what: str, total: int, stream=None, min_bytes: int = PROGRESS_MIN_BYTES):
+    def __init__(self, what: str, total: int, stream=None):
         self.what, self.total, self.done = what, total, 0
         self.stream = stream or sys.stderr
-        self.shown = total >= min_bytes
+        self.shown = total >= PROGRESS_MIN_BYTES
         self.start = self.last = time.perf_counter()
 
     def advance(self, n: int) -> None:
+        """``n`` more bytes read; 0: a file's end (the last one's: the whole text read and handled)."""
         self.done += n
-        now = time.perf_counter()
-        if self.shown and (now - self.last >= 0.5 or self.done >= self.total):
-            self.last = now
-            end = "\r" if self.stream.isatty() and self.done < self.total else "\n"
+        now, last = time.perf_counter(), self.done >= self.total
+        if self.shown and (now - self.last >= 0.5 and not last or n == 0 and last and self.last != -1):
+            self.last = -1 if last else now
+            end = "\r" if self.stream.isatty() and not last else "\n"
             rate = self.done / MIB / max(now - self.start, 1e-9)
             self.stream.write(f"{self.what}: {self.done / MIB:,.0f} of {self.total / MIB:,.0f} MiB "
                               f"({rate:,.0f} MiB/s){end}")

@@ -240,8 +240,10 @@ class TextDataModule(L.LightningDataModule):
         self.val_offsets = torch.randint(len(self.val_ids) - self.block_size, (count,), generator=generator)
 
     def _tokenize(self, corpus: Corpus, open_sink) -> tuple[Tokenizer, int, int]:
+        passes = iter(range(1, 4))  # counting, (BPE: learning merges,) encoding
+
         def stream(first: bool):
-            return corpus.texts(report=first, progress=f"tokenizing {self.path}" if first else None)
+            return corpus.texts(report=first, progress=f"tokenizing {self.path}, pass {next(passes)}")
         return tokenize(stream, self.tokenizer_kind, self.val_fraction, self.bpe_vocab_size, open_sink)
 
     def _prepare_in_memory(self, corpus: Corpus) -> None:
