@@ -101,7 +101,7 @@ def decoded_chunks(path: Path, encoding: str = "utf-8", errors: str = "strict", 
     """The text of ``path`` in chunks, as ``decode_text`` reads it whole: the same characters, the
     same error line for a byte that does not decode, and (``report``) the same warning."""
     decoder = codecs.getincrementaldecoder(encoding)(errors=errors)
-    read = lines = crlf = lone_cr = nul = 0
+    read = crlf = lone_cr = nul = 0
     start, held, empty = True, "", True
     with open(path, "rb") as f:
         while True:
@@ -110,17 +110,19 @@ def decoded_chunks(path: Path, encoding: str = "utf-8", errors: str = "strict", 
             try:
                 text = decoder.decode(raw, final=not raw)
             except UnicodeDecodeError as e:
-                raise bad_byte_error(path, encoding, pending + raw, e, read - len(pending), lines) from None
+                before = read - len(pending)
+                raise bad_byte_error(path, encoding, pending + raw, e, before,
+                                     newlines_before(path, encoding, before, chunk_bytes)) from None
             read += len(raw)
             if on_read:
                 on_read(len(raw))
-            lines += text.count("\n")
             if start and text:
                 text, start = text.removeprefix("\ufeff"), False
             text = held + text
             held = "\r" if raw and text.endswith("\r") else ""  # its LF may come with the next read
             text, n = crlf_as_lf(text[: len(text) - len(held)])
-            crlf, lone_cr, nul = crlf + n, lone_cr + text.count("\r"), nul + text.count("\0")
+            if report:
+                crlf, lone_cr, nul = crlf + n, lone_cr + text.count("\r"), nul + text.count("\0")
             if text:
                 empty = False
                 yield text
@@ -130,6 +132,15 @@ def decoded_chunks(path: Path, encoding: str = "utf-8", errors: str = "strict", 
         raise TinyLMError(f"data file is empty: {path} (give it some text to learn from)")
     if report:
         warn_notes(path, crlf, lone_cr, nul)
+
+
+def newlines_before(path: Path, encoding: str, end: int, chunk_bytes: int) -> int:
+    """How many newlines the first ``end`` bytes of ``path`` decode to (for an error's line number)."""
+    decoder, lines = codecs.getincrementaldecoder(encoding)(errors="replace"), 0
+    with open(path, "rb") as f:
+        while f.tell() < end:
+            lines += decoder.decode(f.read(min(chunk_bytes, end - f.tell()))).count("\n")
+    return lines
 
 
 class Corpus:
