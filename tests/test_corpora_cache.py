@@ -144,6 +144,9 @@ def test_a_full_disk_is_one_error_line_and_leaves_no_cache(tmp_path, text_file, 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1))
     with pytest.raises(TinyLMError, match=r"^not enough free disk space for the token cache"):
         prepared(text_file, tmp_path / "cache")
+    with pytest.raises(TinyLMError, match=r"^data.repeat=3 makes 0 MiB of text from .*, and not enough free disk "
+                                          r"space .* \(or use a smaller data.repeat\)$"):
+        prepared(text_file, tmp_path / "cache", repeat=3)
 
 
 def test_cache_dir_must_be_a_writable_folder(tmp_path):

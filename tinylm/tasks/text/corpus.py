@@ -160,6 +160,12 @@ class Corpus:
         """Bytes read in one pass over the text (repeats included)."""
         return sum(self.sizes) * self.repeat
 
+    def chars_per_byte(self) -> float:
+        """Characters per byte at the start of the first file: what the whole text has, about."""
+        with open(self.files[0], "rb") as f:
+            raw = f.read(MIB)
+        return len(raw.decode(self.encoding, errors="replace")) / max(len(raw), 1)
+
     def check_cap(self, max_mib: float) -> None:
         """Refuse a text that would not fit in ``data.max_mib`` MiB of memory, with one line."""
         limit = max_mib * MIB

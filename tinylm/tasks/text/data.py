@@ -260,7 +260,15 @@ class TextDataModule(L.LightningDataModule):
                     **({"bpe_vocab_size": self.bpe_vocab_size} if self.tokenizer_kind == "bpe" else {})}
         folder = token_cache.cache_folder(self.cache_dir, corpus.files, settings)
         want = token_cache.fingerprint(corpus.files, settings)
-        meta, _ = token_cache.cached(folder, want, lambda open_sink: self._tokenize(corpus, open_sink), data_identity)
+        tokens = corpus.size * (corpus.chars_per_byte() if self.tokenizer_kind == "char" else 1)
+        try:
+            meta, _ = token_cache.cached(folder, want, lambda open_sink: self._tokenize(corpus, open_sink),
+                                         data_identity, need=int(tokens * 2))  # uint16 ids
+        except token_cache.NoSpace as e:
+            if self.repeat == 1:
+                raise
+            raise TinyLMError(f"data.repeat={self.repeat} makes {corpus.size / MIB:,.0f} MiB of text from "
+                              f"{self.path}, and {e} (or use a smaller data.repeat)") from None
         self.cache_folder = folder
         self.tokenizer = tokenizer_from_state(meta["tokenizer"])
         self.num_chars, self.val_chars, self.identity = meta["num_chars"], meta["val_chars"], meta["identity"]

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 FORMAT = 1  # of ids.bin and meta.json: a change makes every older cache stale
 CACHE_MIN_MIB = 8  # a smaller text is tokenized in memory in a fraction of a second: no cache
 SAMPLES, SAMPLE_BYTES = 64, 64 * 1024
+SPARE_BYTES = 64 * MIB  # left free on the disk beyond what the ids need
 
 
 def file_identity(path: Path) -> dict:
@@ -66,13 +67,22 @@ def id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def disk_error(folder: Path, need: int, e: OSError | None = None) -> TinyLMError:
+class NoSpace(TinyLMError):
+    """Too little free disk space for a token cache."""
+
+
+def disk_error(folder: Path, need: int, e: OSError | None = None) -> NoSpace:
     free = shutil.disk_usage(folder).free if folder.exists() else 0
     why = "no space left on the disk" if e is not None else "not enough free disk space"
-    return TinyLMError(
+    return NoSpace(
         f"{why} for the token cache in {folder}: it needs about {need / MIB:,.0f} MiB, {free / MIB:,.0f} MiB are "
         "free: free some space, or set data.cache_dir to a folder on a larger disk (null: tokenize in memory)"
     )
+
+
+def check_space(folder: Path, need: int) -> None:
+    if shutil.disk_usage(folder).free < need + SPARE_BYTES:
+        raise disk_error(folder, need)
 
 
 def read_meta(folder: Path, want: dict) -> tuple[dict | None, str | None]:
@@ -165,8 +175,7 @@ def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> d
         dtype = id_dtype(tokenizer.vocab_size)
         tokens = num_chars if tokenizer.kind == "char" else sum(f["size"] for f in want["files"]) * want["repeat"]
         need = tokens * dtype.itemsize  # at most: byte-level tokens are at most the file's bytes
-        if shutil.disk_usage(folder).free < need + 64 * MIB:
-            raise disk_error(folder, need)
+        check_space(folder, need)
         sink = IdFile(open(tmp, "wb"), dtype, folder, need)
         return sink
 
@@ -202,9 +211,11 @@ def write_atomically(path: Path, text: str, sink: IdFile) -> None:
         raise sink.full(e) from None
 
 
-def cached(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> tuple[dict, bool]:
+def cached(folder: Path, want: dict, tokenize: Callable, identity: Callable, need: int) -> tuple[dict, bool]:
     """The cache's meta for ``want``, built first when missing, stale or corrupt (by one process: the
-    others wait, then read it); and whether this process built it."""
+    others wait, then read it); and whether this process built it. A build that would need more than
+    the disk's free space (``need``: an estimate in bytes, checked exactly once the vocabulary is
+    known) is refused before a byte is read: NoSpace."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -219,5 +230,6 @@ def cached(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> 
             return meta, False
         if problem:
             log.warning("token cache %s is %s: rebuilding it", folder, problem)
+        check_space(folder, need)
         print(f"tokenizing once into the token cache {folder}", file=sys.stderr)
         return build(folder, want, tokenize, identity), True

@@ -19,7 +19,6 @@ import numpy as np
 
 from tinylm.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, Tokenizer
 
-CODE_POINTS = 0x110000
 BPE_PIECE_CHARS = 1 << 20  # BPE encodes pieces of about this many characters, a batch at a time
 BPE_BATCH = 8
 # Where byte-level BPE's pre-tokenizer (the GPT-2 pattern) always splits, whatever comes before and
@@ -33,10 +32,12 @@ def code_points(text: str) -> np.ndarray:
 
 
 def count_code_points(texts: Iterable[str]) -> np.ndarray:
-    """How often each code point occurs in the stream: (0x110000,) int64."""
-    counts = np.zeros(CODE_POINTS, dtype=np.int64)
+    """How often each code point occurs in the stream: (largest + 1,) int64."""
+    counts = np.zeros(0, dtype=np.int64)
     for text in texts:
         seen = np.bincount(code_points(text))
+        if len(seen) > len(counts):
+            counts = np.concatenate([counts, np.zeros(len(seen) - len(counts), dtype=np.int64)])
         counts[: len(seen)] += seen
     return counts
 
