@@ -87,7 +87,8 @@ class Progress:
         """``n`` more bytes read; 0: a file's end (the last one's: the whole text read and handled)."""
         self.done += n
         now, last = time.perf_counter(), self.done >= self.total
-        if self.shown and (now - self.last >= 0.5 and not last or n == 0 and last and self.last != -1):
+        every = 0.5 if self.stream.isatty() else 10  # a log file gets a line every 10 s
+        if self.shown and (now - self.last >= every and not last or n == 0 and last and self.last != -1):
             self.last = -1 if last else now
             end = "\r" if self.stream.isatty() and not last else "\n"
             rate = self.done / MIB / max(now - self.start, 1e-9)

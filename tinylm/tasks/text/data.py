@@ -272,7 +272,7 @@ class TextDataModule(L.LightningDataModule):
         self.cache_folder = folder
         self.tokenizer = tokenizer_from_state(meta["tokenizer"])
         self.num_chars, self.val_chars, self.identity = meta["num_chars"], meta["val_chars"], meta["identity"]
-        self.train_ids, self.val_ids = (torch.from_numpy(ids) for ids in token_cache.map_ids(folder, meta))
+        self.train_ids, self.val_ids = token_cache.map_ids(folder / "ids.bin", meta)
 
     def _check_lengths(self) -> None:
         need = self.block_size + 1

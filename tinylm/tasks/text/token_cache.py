@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import mmap
 import os
 import shutil
 import sys
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.textfile import MIB
@@ -103,13 +105,40 @@ def read_meta(folder: Path, want: dict) -> tuple[dict | None, str | None]:
     return (meta, None) if whole else (None, "corrupt (ids.bin does not match meta.json)")
 
 
-def map_ids(folder: Path, meta: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The training and validation ids, memory-mapped (copy on write: nothing reaches the file)."""
-    if meta["bytes"] == 0:
-        empty = np.zeros(0, dtype=meta["dtype"])
-        return empty, empty
-    ids = np.memmap(folder / "ids.bin", dtype=meta["dtype"], mode="c")
-    return ids[: meta["n_train"]], ids[meta["n_train"] :]
+class MappedIds:
+    """``count`` ids of a file from id ``start`` on, indexed like a 1-D tensor (a slice, or a tensor of
+    positions such as a batch of windows) and read from a memory map made for each read, as nanoGPT
+    does per batch: a map kept open would count every page training ever touched in the process's
+    RSS (with large page-cache folios, up to 2 MiB per random window). The file stays open, so a
+    cache rebuilt by another process meanwhile does not change what this one reads."""
+
+    def __init__(self, path: Path, dtype: np.dtype, start: int, count: int):
+        self.file, self.np_dtype, self.start, self.count = open(path, "rb"), np.dtype(dtype), start, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.from_numpy(np.zeros(0, self.np_dtype)).dtype
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if not self.count:  # (an empty file cannot be mapped)
+            return torch.from_numpy(np.zeros(0, self.np_dtype)[index])
+        with mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            ids = np.frombuffer(mapped, self.np_dtype, count=self.count, offset=self.start * self.np_dtype.itemsize)
+            picked = np.array(ids[index if isinstance(index, slice) else np.asarray(index)])  # a copy
+            del ids  # before the map closes
+        return torch.from_numpy(picked)
+
+    def tolist(self) -> list[int]:
+        return self[:].tolist()
+
+
+def map_ids(path: Path, meta: dict) -> tuple[MappedIds, MappedIds]:
+    """The training and the validation ids of a cache's ``ids.bin`` (or of its file being written)."""
+    n_train = meta["n_train"]
+    return MappedIds(path, meta["dtype"], 0, n_train), MappedIds(path, meta["dtype"], n_train, meta["n_val"])
 
 
 @contextlib.contextmanager
@@ -147,22 +176,6 @@ class IdFile:
         return disk_error(self.folder, self.need, e) if e.errno in (errno.ENOSPC, errno.EDQUOT) else e
 
 
-class OnDisk:
-    """``count`` ids of a file from id ``start`` on, read a slice at a time: not mapped, so that hashing
-    them all does not count the whole file in the process's resident memory."""
-
-    def __init__(self, path: Path, dtype: np.dtype, start: int, count: int):
-        self.path, self.dtype, self.start, self.count = path, dtype, start, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, part: slice) -> np.ndarray:
-        first, stop, _ = part.indices(self.count)
-        return np.fromfile(self.path, self.dtype, count=max(stop - first, 0),
-                           offset=(self.start + first) * self.dtype.itemsize)
-
-
 def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> dict:
     """Tokenize into the cache: ``tokenize(open_sink)`` -> (tokenizer, characters, validation
     characters), as ``tokens.tokenize``; ``identity(train, val)`` -> the data identity. -> meta."""
@@ -190,8 +203,7 @@ def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> d
         meta = {"fingerprint": want, "dtype": sink.dtype.name, "n_train": sink.counts[0], "n_val": sink.counts[1],
                 "bytes": sum(sink.counts) * sink.dtype.itemsize, "num_chars": num_chars, "val_chars": val_chars,
                 "tokenizer": tokenizer.state()}
-        meta["identity"] = identity(*(OnDisk(tmp, sink.dtype, start, count)
-                                      for start, count in ((0, sink.counts[0]), (sink.counts[0], sink.counts[1]))))
+        meta["identity"] = identity(*map_ids(tmp, meta))
         os.replace(tmp, folder / "ids.bin")
         write_atomically(folder / "meta.json", json.dumps(meta, ensure_ascii=False), sink)
         return meta
