@@ -127,9 +127,11 @@ def test_a_half_written_cache_is_never_read(tmp_path, text_file, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         prepared(text_file, tmp_path / "cache")
     assert sorted(p.name for p in folder.iterdir()) == ["lock"]  # no meta.json, no temporary file
+    (folder / "ids.bin.tmp-4194304").write_bytes(b"what a killed build left")
     monkeypatch.undo()
     monkeypatch.setattr(token_cache, "CACHE_MIN_MIB", 0)
     assert_same_numbers(prepared(text_file), prepared(text_file, tmp_path / "cache"))
+    assert sorted(p.name for p in folder.iterdir()) == ["ids.bin", "lock", "meta.json"]
 
 
 def test_a_full_disk_is_one_error_line_and_leaves_no_cache(tmp_path, text_file, monkeypatch):

@@ -180,7 +180,8 @@ def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> d
     """Tokenize into the cache: ``tokenize(open_sink)`` -> (tokenizer, characters, validation
     characters), as ``tokens.tokenize``; ``identity(train, val)`` -> the data identity. -> meta."""
     tmp = folder / f"ids.bin.tmp-{os.getpid()}"
-    (folder / "meta.json").unlink(missing_ok=True)
+    for left in (folder / "meta.json", *folder.glob("*.tmp-*")):  # (what a killed build left: the lock is ours)
+        left.unlink(missing_ok=True)
     sink = None
 
     def open_sink(tokenizer, num_chars: int) -> IdFile:
@@ -189,7 +190,11 @@ def build(folder: Path, want: dict, tokenize: Callable, identity: Callable) -> d
         tokens = num_chars if tokenizer.kind == "char" else sum(f["size"] for f in want["files"]) * want["repeat"]
         need = tokens * dtype.itemsize  # at most: byte-level tokens are at most the file's bytes
         check_space(folder, need)
-        sink = IdFile(open(tmp, "wb"), dtype, folder, need)
+        try:
+            sink = IdFile(open(tmp, "wb"), dtype, folder, need)
+        except OSError as e:
+            raise TinyLMError(f"data.cache_dir: cannot write {tmp} ({e.strerror or e}): set data.cache_dir "
+                              "to a writable folder, or null to tokenize in memory") from None
         return sink
 
     try:
@@ -236,6 +241,9 @@ def cached(folder: Path, want: dict, tokenize: Callable, identity: Callable, nee
     meta, _ = read_meta(folder, want)
     if meta is not None:
         return meta, False
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TinyLMError(f"data.cache_dir: {folder} is not writable, and its cache is missing or out of date: "
+                          "set data.cache_dir to a writable folder, or null to tokenize in memory")
     with locked(folder / "lock"):
         meta, problem = read_meta(folder, want)  # built by the process this one waited for
         if meta is not None:
