@@ -74,7 +74,7 @@ BAD = {
     "data.sha256=abc": "data.sha256='abc' must be the file's SHA-256 (64 hex digits) or null",
     "+data.foo=1": "data.foo is unknown: remove it (tinylm.tasks.text.data.TextDataModule takes path, tokenizer, "
                    "batch_size, val_fraction, val_batches, repeat, encoding, errors, url, sha256, "
-                   "bpe_vocab_size, max_mib)",
+                   "bpe_vocab_size, max_mib, cache_dir)",
     "+optim.eps=1e-8": "optim.eps is unknown: remove it (optim takes lr, weight_decay, betas, warmup_steps, "
                        "decay_steps, min_lr_ratio)",
     # item 9: each of the two decoding keys is named by its own line

@@ -45,7 +45,7 @@ UNKNOWN = {
     "+data.errros=replace": "data.errros is unknown: did you mean data.errors? ("
                             "tinylm.tasks.text.data.TextDataModule takes path, tokenizer, batch_size, val_fraction, "
                             "val_batches, repeat, encoding, errors, url, sha256, "
-                            "bpe_vocab_size, max_mib)",
+                            "bpe_vocab_size, max_mib, cache_dir)",
     # item 10: what only text data takes, with data=pairs (checked against the data module chosen)
     "model=seq2seq data=pairs +data.errors=replace": f"data.errors is unknown: remove it ({PAIRS})",
     "model=seq2seq data=pairs +data.repeat=2": f"data.repeat is unknown: remove it ({PAIRS})",

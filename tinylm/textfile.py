@@ -25,17 +25,7 @@ def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key
     that raises the cap of ``max_mib`` MiB for those who really mean it.
     """
     path = Path(path)
-    try:
-        info = path.stat()  # follows links: a link to a regular file is fine
-    except FileNotFoundError:
-        raise TinyLMError(f"{key}: file not found: {path} (name an existing text file)") from None
-    except OSError as e:
-        raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise TinyLMError(f"{key} is a directory, not a file: {path} (name a text file in it)")
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
-        raise TinyLMError(f"{key}={path} is {kind}, not a regular file: save the text to a file and pass that")
+    info = regular_file(path, key)
     limit = int(max_mib * MIB)
     if info.st_size > limit:
         raise TinyLMError(
@@ -59,10 +49,30 @@ def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key
     return data
 
 
+def regular_file(path: Path, key: str) -> os.stat_result:
+    """``path``'s stat when it is a regular file (or a link to one); else one TinyLMError naming ``key``."""
+    try:
+        info = path.stat()  # follows links: a link to a regular file is fine
+    except FileNotFoundError:
+        raise TinyLMError(f"{key}: file not found: {path} (name an existing text file)") from None
+    except OSError as e:
+        raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TinyLMError(f"{key} is a directory, not a file: {path} (name a text file in it)")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+        raise TinyLMError(f"{key}={path} is {kind}, not a regular file: save the text to a file and pass that")
+    return info
+
+
 def as_lines(text: str) -> tuple[str, int]:
     """``text`` as training reads it: a leading byte order mark dropped (a marker, not text) and CRLF
     line endings read as LF; and how many CRLFs there were."""
-    text = text.removeprefix("\ufeff")
+    return crlf_as_lf(text.removeprefix("\ufeff"))
+
+
+def crlf_as_lf(text: str) -> tuple[str, int]:
+    """``text`` with CRLF line endings read as LF, and how many there were (the BOM rule is as_lines')."""
     crlf = text.count("\r\n")
     return (text.replace("\r\n", "\n") if crlf else text), crlf
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Callable
+from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -27,7 +28,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import CHECKS, model_config_problems
 from tinylm.tasks import model_class_of, task_of_config
 from tinylm.tasks.translation.numbers_zh import DEMOS
-from tinylm.textfile import encoding_problem, errors_problem
+from tinylm.textfile import encoding_problem, errors_problem, unwritable_folder
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 from tinylm.training.config_keys import unknown_keys
 
@@ -146,6 +147,7 @@ RULES: dict[str, Rule] = {
     "data.max_mib": number(0, brackets="(]"),
     "data.encoding": encoding_problem,
     "data.errors": errors_problem,
+    "data.cache_dir": nullable(text("a folder path")),  # and writable: see cache_dir_problem
     "data.url": nullable(text("a URL")),
     "data.sha256": nullable(sha256),
     "data.demo": one_of(*DEMOS),  # data=pairs without a path: the generated pairs
@@ -222,6 +224,8 @@ def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
             f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
             "(BPE starts from the 256 byte values), e.g. 512"
         )
+    if problem := cache_dir_problem(data):
+        problems.append(problem)
     if problem := learning_rate_monitor_problem(cfg):
         problems.append(problem)
     if not quick:
@@ -238,6 +242,15 @@ def task_problems(cfg: DictConfig) -> list[str]:
     except ValueError:  # a model class that cannot be named is said by model_config_problems
         return []
     return task_of_config(cfg).config_problems(cfg, model_class)
+
+
+def cache_dir_problem(data: DictConfig) -> str | None:
+    """data.cache_dir (the token cache): a folder that can be made and written."""
+    folder = data.get("cache_dir")
+    if not isinstance(folder, str) or not folder or not (why := unwritable_folder(Path(folder))):
+        return None
+    return (f"data.cache_dir={folder}: {why[0]} {why[1]}: set data.cache_dir to a writable folder, "
+            "or null to tokenize in memory")
 
 
 def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:

@@ -25,13 +25,17 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tinylm.errors import TinyLMError
-from tinylm.textfile import MIB, as_lines, encoding_problem, errors_problem, read_capped_bytes
-from tinylm.tokenizer import BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer
+from tinylm.tasks.text import token_cache
+from tinylm.tasks.text.corpus import REPLACE_FIX, Corpus, bad_byte_error, codec_problems, warn_notes
+from tinylm.tasks.text.tokens import encode_ids, tokenize
+from tinylm.textfile import MIB, as_lines, read_capped_bytes
+from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CORPUS = "attention_zh.txt"
 DEFAULT_MAX_MIB = 1024  # data.max_mib: far above any corpus a CPU trains on, far below a runaway read
+IDENTITY_SLICE = 1 << 20  # ids hashed at a time by data_identity
 
 
 def default_corpus_path() -> Path:
@@ -66,9 +70,6 @@ def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:
     return read_capped_bytes(path, "data.path", max_mib, "data.max_mib")
 
 
-REPLACE_FIX = "data.errors=replace to replace bad bytes"  # what else fixes undecodable bytes in a text file
-
-
 def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "strict",
                 bad_bytes_fix: str = REPLACE_FIX) -> str:
     """Decode a data file's bytes; drop a leading byte order mark and read CRLF line endings as LF.
@@ -79,29 +80,16 @@ def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "
     A byte that does not decode is one error naming it, its line, and two fixes: ``data.encoding``
     or ``bad_bytes_fix``.
     """
-    problems = [f"data.{key}={value!r} {problem}"
-                for key, value, problem in (("encoding", encoding, encoding_problem(encoding)),
-                                            ("errors", errors, errors_problem(errors))) if problem]
-    if problems:
+    if problems := codec_problems(encoding, errors):
         raise TinyLMError("; ".join(problems))
     try:
         text = raw.decode(encoding, errors=errors)
     except UnicodeDecodeError as e:
-        line = raw[: e.start].decode(encoding, errors="replace").count("\n") + 1
-        raise TinyLMError(
-            f"{path} is not valid {encoding}: byte {e.start} ({raw[e.start:e.start + 1]!r}, line {line}) "
-            f"cannot be decoded; set data.encoding=... to the file's encoding or {bad_bytes_fix}"
-        ) from None
+        raise bad_byte_error(path, encoding, raw, e, 0, 0, bad_bytes_fix) from None
     text, crlf = as_lines(text)
     if not text:
         raise TinyLMError(f"data file is empty: {path} (give it some text to learn from)")
-    lone_cr, nul = text.count("\r"), text.count("\0")
-    found = [(crlf, "CRLF line endings (read as LF; convert the file with dos2unix to skip this)"),
-             (lone_cr, "lone CR characters (kept as symbols: replace them with newlines)"),
-             (nul, "NUL characters (kept as symbols: a binary or UTF-16 file? check data.encoding, or remove them)")]
-    notes = [f"{count:,} {what}" for count, what in found if count]
-    if notes:
-        log.warning("%s has %s", path, "; ".join(notes))
+    warn_notes(path, crlf, text.count("\r"), text.count("\0"))
     return text
 
 
@@ -114,17 +102,7 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "s
 
 def encode_array(tokenizer: Tokenizer, text: str) -> torch.Tensor:
     """Encode a whole text to a 1-D tensor of ids without a Python object per character."""
-    if isinstance(tokenizer, CharTokenizer):
-        codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        vocab = np.array([ord(c) for c in tokenizer.itos], dtype=np.uint32)  # sorted
-        ids = np.searchsorted(vocab, codepoints)
-        if not np.array_equal(vocab[np.minimum(ids, len(vocab) - 1)], codepoints):
-            raise ValueError("text has characters outside the vocabulary")
-    elif isinstance(tokenizer, BPETokenizer):
-        ids = np.array(tokenizer.encode(text), dtype=np.int32)  # merging runs in Rust
-    else:
-        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-    return torch.from_numpy(ids.astype(np.int32))
+    return torch.from_numpy(encode_ids(tokenizer, text).astype(np.int32))
 
 
 def gather_windows(ids: torch.Tensor, offsets: torch.Tensor, block_size: int):
@@ -139,8 +117,9 @@ def data_identity(*parts) -> dict:
     Not the path: a shared checkpoint should not reveal it."""
     digest = hashlib.sha256()
     for part in parts:
-        ids = np.asarray(part, dtype=np.int64)
-        digest.update(len(ids).to_bytes(8, "little") + ids.tobytes())
+        digest.update(len(part).to_bytes(8, "little"))
+        for start in range(0, len(part), IDENTITY_SLICE):  # a few MiB at a time, however long the part
+            digest.update(np.asarray(part[start : start + IDENTITY_SLICE], dtype=np.int64).tobytes())
     return {"tokens": sum(len(part) for part in parts), "sha256": digest.hexdigest()}
 
 
@@ -205,6 +184,7 @@ class TextDataModule(L.LightningDataModule):
         sha256: str | None = None,
         bpe_vocab_size: int = 512,
         max_mib: float = DEFAULT_MAX_MIB,
+        cache_dir: str | None = None,
     ):
         super().__init__()
         self.path = Path(path) if path else default_corpus_path()
@@ -214,46 +194,85 @@ class TextDataModule(L.LightningDataModule):
         self.repeat, self.encoding, self.errors = repeat, encoding, errors
         self.seed, self.url, self.sha256 = seed, url, sha256
         self.max_mib = max_mib
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.cache_folder: Path | None = None  # where the ids are mapped from, when cached
         self.tokenizer: Tokenizer | None = None
 
     def read_split(self) -> tuple[str, str]:
         """The training and the validation text, as training splits them (``evaluate.py`` too).
         Raises TinyLMError on bad input."""
-        if not self.path.exists() and self.url:
-            download(self.url, self.path, self.sha256)
-        raw = read_data_bytes(self.path, self.max_mib)
-        if len(raw) * self.repeat > self.max_mib * MIB:  # before the repeated text is built
-            raise TinyLMError(
-                f"data.repeat={self.repeat} makes {len(raw) * self.repeat / MIB:,.0f} MiB of text from {self.path}, "
-                f"over the data.max_mib={self.max_mib:g} limit: use data.repeat={int(self.max_mib * MIB // len(raw))} "
-                f"or less, or raise data.max_mib"
-            )
-        text = decode_text(raw, self.path, self.encoding, self.errors) * self.repeat
+        corpus = self.corpus()
+        corpus.check_cap(self.max_mib)
+        text = corpus.read()
         # Split the text (not the ids) so the validation text's exact character count is known.
         n_val_chars = int(len(text) * self.val_fraction)
         return text[: len(text) - n_val_chars], text[len(text) - n_val_chars :]
 
+    def corpus(self) -> Corpus:
+        """The text of data.path (downloaded first when missing and data.url says where from), in chunks."""
+        if not self.path.exists() and self.url:
+            download(self.url, self.path, self.sha256)
+        return Corpus(self.path, self.encoding, self.errors, self.repeat)
+
     def prepare(self) -> None:
-        """Read, tokenize and split the text (idempotent). Raises TinyLMError on bad input."""
+        """Read, tokenize and split the text (idempotent). Raises TinyLMError on bad input.
+
+        The text is split by characters (the last data.val_fraction of them is validation), each
+        part is encoded whole. BPE merges are learned like weights, from the training text only; the
+        character vocabulary must also cover the validation text, so it is counted over the whole
+        text. A text of token_cache.CACHE_MIN_MIB or more is tokenized once into data.cache_dir and
+        mapped from there; a smaller one (or any, with data.cache_dir=null) in memory.
+        """
         if self.tokenizer is not None:
             return
-        train_text, val_text = self.read_split()
-        text = train_text + val_text
-        self.num_chars = len(text)
-        # BPE merges are learned like weights, from the training text only; the character
-        # vocabulary must also cover the validation text, so it is read from the whole text.
-        source = train_text if self.tokenizer_kind == "bpe" else text
-        self.tokenizer = build_tokenizer(self.tokenizer_kind, source, self.bpe_vocab_size)
-        self.train_ids = encode_array(self.tokenizer, train_text)
-        self.val_ids = encode_array(self.tokenizer, val_text)
+        corpus = self.corpus()
+        if self.cache_dir is not None and corpus.size >= token_cache.CACHE_MIN_MIB * MIB:
+            self._prepare_cached(corpus)
+        else:
+            corpus.check_cap(self.max_mib)
+            self._prepare_in_memory(corpus)
         # Bits per character = validation bits / validation characters
         #                    = (loss per token / ln 2) / (characters per token), for every tokenizer.
-        self.val_chars_per_token = max(len(val_text), 1) / max(len(self.val_ids), 1)
+        self.val_chars_per_token = max(self.val_chars, 1) / max(len(self.val_ids), 1)
         self._check_lengths()
-        self.identity = data_identity(self.train_ids, self.val_ids)
         generator = torch.Generator().manual_seed(self.seed)
         count = self.val_batches * self.batch_size
         self.val_offsets = torch.randint(len(self.val_ids) - self.block_size, (count,), generator=generator)
+
+    def _tokenize(self, corpus: Corpus, open_sink) -> tuple[Tokenizer, int, int]:
+        passes = iter(range(1, 4))  # counting, (BPE: learning merges,) encoding
+
+        def stream(first: bool):
+            return corpus.texts(report=first, progress=f"tokenizing {self.path}, pass {next(passes)}")
+        return tokenize(stream, self.tokenizer_kind, self.val_fraction, self.bpe_vocab_size, open_sink)
+
+    def _prepare_in_memory(self, corpus: Corpus) -> None:
+        parts = ([], [])
+        self.tokenizer, self.num_chars, self.val_chars = self._tokenize(
+            corpus, lambda tokenizer, num_chars: lambda part, ids: parts[part].append(ids.astype(np.int32)))
+        self.train_ids, self.val_ids = (torch.from_numpy(np.concatenate([np.zeros(0, np.int32), *ids]))
+                                        for ids in parts)
+        self.identity = data_identity(self.train_ids, self.val_ids)
+
+    def _prepare_cached(self, corpus: Corpus) -> None:
+        settings = {"tokenizer": self.tokenizer_kind, "val_fraction": self.val_fraction, "repeat": self.repeat,
+                    "encoding": self.encoding, "errors": self.errors,
+                    **({"bpe_vocab_size": self.bpe_vocab_size} if self.tokenizer_kind == "bpe" else {})}
+        folder = token_cache.cache_folder(self.cache_dir, corpus.files, settings)
+        want = token_cache.fingerprint(corpus.files, settings)
+        tokens = corpus.size * (corpus.chars_per_byte() if self.tokenizer_kind == "char" else 1)
+        try:
+            meta, _ = token_cache.cached(folder, want, lambda open_sink: self._tokenize(corpus, open_sink),
+                                         data_identity, need=int(tokens * 2))  # uint16 ids
+        except token_cache.NoSpace as e:
+            if self.repeat == 1:
+                raise
+            raise TinyLMError(f"data.repeat={self.repeat} makes {corpus.size / MIB:,.0f} MiB of text from "
+                              f"{self.path}, and {e} (or use a smaller data.repeat)") from None
+        self.cache_folder = folder
+        self.tokenizer = tokenizer_from_state(meta["tokenizer"])
+        self.num_chars, self.val_chars, self.identity = meta["num_chars"], meta["val_chars"], meta["identity"]
+        self.train_ids, self.val_ids = token_cache.map_ids(folder / "ids.bin", meta)
 
     def _check_lengths(self) -> None:
         need = self.block_size + 1
@@ -285,8 +304,9 @@ class TextDataModule(L.LightningDataModule):
 
     def summary(self) -> str:
         """What the data is, for the training log."""
+        cached = f", mapped from {self.cache_folder}" if self.cache_folder else ""
         return (f"{self.path} ({len(self.train_ids) + len(self.val_ids):,} tokens, "
-                f"vocabulary {self.tokenizer.vocab_size})")
+                f"vocabulary {self.tokenizer.vocab_size}{cached})")
 
     def setup(self, stage: str | None = None) -> None:
         self.prepare()
