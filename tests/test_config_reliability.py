@@ -35,7 +35,7 @@ UNKNOWN = {
     "+callbacks.sampel_text.every_n_steps=5": "callbacks.sampel_text is unknown: did you mean callbacks.sample_text? "
                                               "(callbacks (conf/callbacks/) has model_checkpoint, last_checkpoint, "
                                               "early_stopping, learning_rate_monitor, progress_bar, sample_text, "
-                                              "attention_maps, next_token_probes, translation_samples, "
+                                              "attention_maps, next_token_probes, head_scores, translation_samples, "
                                               "translation_maps, embedding_projector)",
     "callbacks.progress_bar._target_=tinylm.nothing.Bar": "callbacks.progress_bar._target_='tinylm.nothing.Bar' is "
                                                           "not a class or function Python can import: check its "
