@@ -27,7 +27,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import check_out_dir, checkpoint_from_config, launch, run_command
+from tinylm.cli import check_out_dir, checkpoint_from_config, launch, run_command, writing_into
 from tinylm.errors import TinyLMError
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -84,11 +84,8 @@ def run(cfg: DictConfig) -> dict:
     out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)
     check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    try:
+    with writing_into(out_dir, "the results"):
         result = experiments.analyze(loaded, inputs, out_dir, cfg)
-    except OSError as e:  # what the check could not know: a full disk, a read-only mount, a race
-        raise TinyLMError(f"could not write into {out_dir}: {e.strerror or e}; pass out_dir=DIR, a folder you "
-                          "can write to") from None
     print(result["printed"])
     return result
 

@@ -22,8 +22,7 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
-from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, launch, run_command
-from tinylm.errors import TinyLMError
+from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, launch, run_command, writing_into
 from tinylm.plots import figures as plotting
 from tinylm.tasks import get_task
 from tinylm.tasks.text.printing import say_checkpoint
@@ -45,13 +44,9 @@ def run(cfg: DictConfig) -> list[Path]:
     check_out_dir(out_dir)
     say_checkpoint(path, why, loaded.global_step, loaded.tokenizer.vocab_size, loaded.model.num_params())
     note = f"{path.name}, step {loaded.global_step}"
-    try:  # the task's figures (tinylm.tasks): a language model's attention, a translation's cross-attention
+    with writing_into(out_dir, "the PNGs"):  # the task's figures: a language model's attention, a translation's
         figures = get_task(loaded.task).figures(loaded, ids, note)
         written = [plotting.save_png(figure, out_dir / f"{name}.png") for name, figure in figures]
-    except OSError as e:  # what the check could not know: a full disk, a read-only mount, a race
-        raise TinyLMError(f"could not write the PNGs into {out_dir}: {e.strerror or e}"
-                          f"{f' ({e.filename})' if e.filename else ''}; pass out_dir=DIR, a folder you can "
-                          "write to") from None
     for png in written:
         print(png)
     return written

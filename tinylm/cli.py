@@ -127,6 +127,17 @@ def checkpoint_from_config(cfg: DictConfig) -> Chosen:
     return choose_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)
 
 
+@contextmanager
+def writing_into(out_dir: Path, what: str):
+    """One ``error:`` line for what a check of ``out_dir`` could not know: a full disk, a read-only mount, a race."""
+    try:
+        yield
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise TinyLMError(f"could not write {what} into {out_dir}: {e.strerror or e}{where}; pass out_dir=DIR, "
+                          "a folder you can write to") from None
+
+
 def launch(main: Callable[[], None], text_keys: Iterable[str], path_keys: Iterable[str]) -> None:
     """Run a ``@hydra.main`` entry point with its free text and paths quoted for Hydra, quiet on a closed pipe."""
     sys.argv = quote_values(quote_values(sys.argv, text_keys, literal=True), path_keys)
