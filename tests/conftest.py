@@ -31,16 +31,84 @@ TINY_MODEL = [
 ]
 
 
-def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = True):
-    """Run `python train.py` with Hydra's run folder set to ``run_dir``; return the process."""
+def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = True, in_process: bool = False):
+    """Run `python train.py` with Hydra's run folder set to ``run_dir``; return the process (with
+    ``in_process``: the same command in this process, ``train_py``)."""
     flags = [o for o in overrides if o.startswith("-")]  # e.g. -m must precede the overrides
     overrides = [o for o in overrides if not o.startswith("-")]
-    cmd = [sys.executable, str(ROOT / "train.py"), *flags, f"hydra.run.dir={run_dir}", *overrides]
+    args = [*flags, f"hydra.run.dir={run_dir}", *overrides]
+    if in_process:
+        return train_py(*args, check=check)
+    cmd = [sys.executable, str(ROOT / "train.py"), *args]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What ``train_py`` returns: a finished ``python train.py``, as subprocess.run(text=True) reports it."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def train_py(*args: str, check: bool = True) -> Finished:
+    """``python train.py ARGS`` in this process: its ``__main__`` block as the command runs it (argv
+    quoting, resume planning, Hydra's app with its run folder, record, logs, sweeps and their
+    launchers and sweepers), without a new Python importing torch and Lightning (about 5 s each).
+
+    For what needs no process of its own; signals, exit codes seen by a shell, the process's own
+    console and what it imports at start stay with ``run_train`` / ``subprocess``. An exception that
+    escapes becomes its traceback on stderr and returncode 1, as Python prints it.
+    """
+    import runpy
+    import signal
+    import traceback
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    argv, threads = sys.argv, torch.get_num_threads()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = [str(ROOT / "train.py"), *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
+            except SystemExit as e:  # as Python exits: a message goes to stderr, exit status 1
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = argv
+        for handler in root.handlers:  # Hydra's console and train.log handlers of that run
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for signum, handler in signals.items():
+            signal.signal(signum, handler)
+        torch.set_num_threads(threads)
+        HydraConfig.instance().cfg = None  # no later test runs "inside" that Hydra job
+        GlobalHydra.instance().clear()
+    done = Finished([str(ROOT / "train.py"), *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"train.py failed ({code}):\n{done.stdout}\n{done.stderr}")
+    return done
 
 
 @pytest.fixture
