@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The tiny repeated text of the reference experiment: the model must learn to reproduce it.
 TINY_TEXT = "自注意力可以让序列中的每个位置看到前面的所有位置。Attention is all you need.\n"
 
-# Keep tests small: a tiny model, a few steps, no progress bar.
+# Keep tests small: a tiny model, a few steps, no progress bar, one torch thread (a tiny model gains
+# nothing from more; with a test worker per core, more threads than cores spin and slow every test).
 TINY_MODEL = [
     "model.n_embd=16",
     "model.num_heads=2",
@@ -28,6 +29,7 @@ TINY_MODEL = [
     "data.batch_size=8",
     "data.val_batches=2",
     "trainer.enable_progress_bar=false",
+    "threads=1",
 ]
 
 
@@ -49,7 +51,7 @@ def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = 
 
 @dataclass(frozen=True)
 class Finished:
-    """What ``train_py`` returns: a finished ``python train.py``, as subprocess.run(text=True) reports it."""
+    """A command run by ``script_in_process``, as subprocess.run(text=True) reports a finished process."""
 
     args: list[str]
     returncode: int
@@ -66,6 +68,12 @@ def train_py(*args: str, check: bool = True) -> Finished:
     console and what it imports at start stay with ``run_train`` / ``subprocess``. An exception that
     escapes becomes its traceback on stderr and returncode 1, as Python prints it.
     """
+    return script_in_process("train.py", *args, check=check)
+
+
+def script_in_process(script: str, *args: str, check: bool = True, cwd: Path | None = None) -> Finished:
+    """``python ROOT/<script> ARGS`` (train.py, generate.py, ...) in this process, launched from ``cwd``
+    (default: where the tests run); see ``train_py``."""
     import runpy
     import signal
     import traceback
@@ -79,11 +87,13 @@ def train_py(*args: str, check: bool = True) -> Finished:
     handlers, level = root.handlers[:], root.level
     signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     out, err, code = io.StringIO(), io.StringIO(), 0
-    sys.argv = [str(ROOT / "train.py"), *args]
+    sys.argv, launched_from = [str(ROOT / script), *args], os.getcwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
+                runpy.run_path(str(ROOT / script), run_name="__main__")
             except SystemExit as e:  # as Python exits: a message goes to stderr, exit status 1
                 if e.code is None or isinstance(e.code, int):
                     code = e.code or 0
@@ -95,6 +105,7 @@ def train_py(*args: str, check: bool = True) -> Finished:
                 code = 1
     finally:
         sys.argv = argv
+        os.chdir(launched_from)
         for handler in root.handlers:  # Hydra's console and train.log handlers of that run
             if handler not in handlers:
                 handler.close()
@@ -105,10 +116,21 @@ def train_py(*args: str, check: bool = True) -> Finished:
         torch.set_num_threads(threads)
         HydraConfig.instance().cfg = None  # no later test runs "inside" that Hydra job
         GlobalHydra.instance().clear()
-    done = Finished([str(ROOT / "train.py"), *args], code, out.getvalue(), err.getvalue())
+    done = Finished([str(ROOT / script), *args], code, out.getvalue(), err.getvalue())
     if check and code != 0:
-        raise AssertionError(f"train.py failed ({code}):\n{done.stdout}\n{done.stderr}")
+        raise AssertionError(f"{script} failed ({code}):\n{done.stdout}\n{done.stderr}")
     return done
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """A run with threads=1 in this process sets torch's process-wide thread count: the tests after it
+    get the usual one (tests/test_bit_identity.py names the machine by it)."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    yield
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -243,3 +265,24 @@ def gpt_run(tmp_path_factory) -> SharedRun:
 @pytest.fixture(scope="session")
 def lstm_run(tmp_path_factory) -> SharedRun:
     return shared_run(tmp_path_factory, "lstm", LSTM_RUN)
+
+
+# --------------------------------------------------------------------------------------------
+# The longest tests start first. pytest-xdist's worksteal hands the tests out in collection order
+# (idle workers then take half of the longest queue), so a long test collected late would run alone
+# at the end of the suite; started first, the short ones fill the other workers meanwhile. Longest first.
+STARTS_FIRST = (
+    "test_seq2seq.py::test_the_numbers_demo_reaches_the_reported_accuracy",
+    "test_resumable_sweeps.py::test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes_it",
+    "test_resumable_sweeps.py::test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share",
+    "test_resumable_sweeps.py::test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one",
+    "test_compare.py::test_all_comparisons_end_to_end_on_a_tiny_budget",
+    "test_reliability.py::test_sigkill_then_resume_equals_an_uninterrupted_run",
+    "test_sweeps.py::test_ddp_on_two_cpu_processes_shares_one_run_folder",
+    "test_reliability.py::test_ctrl_c_saves_last_checkpoint_and_resume_last_continues",
+)  # only tests without a module-scoped fixture: moved away from their module, it would be set up twice
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {name: rank for rank, name in enumerate(STARTS_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.removeprefix("tests/"), len(first)))  # the rest as collected
