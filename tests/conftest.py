@@ -4,6 +4,7 @@ shared by the tests that read them, and a way to run the real train.py into a te
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -161,12 +162,22 @@ def tiny_text_file(tmp_path: Path) -> Path:
 
 
 def compose(*overrides: str, output_dir: Path):
-    """The real composed train config (as `python train.py ...` would see it), outside Hydra's app."""
+    """The real composed train config (as `python train.py ...` would see it), outside Hydra's app.
+    Each set of overrides is composed once per test process (about 0.1 s each); every call gets its own copy."""
+    import copy
+
+    cfg = copy.deepcopy(_composed_train(overrides))
+    cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+@functools.cache
+def _composed_train(overrides: tuple[str, ...]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose("train", overrides=[f"paths.output_dir={output_dir}", *overrides])
+        return hydra_compose("train", overrides=["paths.output_dir=unset", *overrides])
 
 
 def entry_point(script: str):
