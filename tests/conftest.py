@@ -4,6 +4,7 @@ shared by the tests that read them, and a way to run the real train.py into a te
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -19,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The tiny repeated text of the reference experiment: the model must learn to reproduce it.
 TINY_TEXT = "自注意力可以让序列中的每个位置看到前面的所有位置。Attention is all you need.\n"
 
-# Keep tests small: a tiny model, a few steps, no progress bar.
+# Keep tests small: a tiny model, a few steps, no progress bar, one torch thread (a tiny model gains
+# nothing from more; with a test worker per core, more threads than cores spin and slow every test).
 TINY_MODEL = [
     "model.n_embd=16",
     "model.num_heads=2",
@@ -28,19 +30,116 @@ TINY_MODEL = [
     "data.batch_size=8",
     "data.val_batches=2",
     "trainer.enable_progress_bar=false",
+    "threads=1",
 ]
 
 
-def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = True):
-    """Run `python train.py` with Hydra's run folder set to ``run_dir``; return the process."""
+def run_train(run_dir: Path, *overrides: str, timeout: int = 300, check: bool = True, in_process: bool = False):
+    """Run `python train.py` with Hydra's run folder set to ``run_dir``; return the process (with
+    ``in_process``: the same command in this process, ``train_py``)."""
     flags = [o for o in overrides if o.startswith("-")]  # e.g. -m must precede the overrides
     overrides = [o for o in overrides if not o.startswith("-")]
-    cmd = [sys.executable, str(ROOT / "train.py"), *flags, f"hydra.run.dir={run_dir}", *overrides]
+    args = [*flags, f"hydra.run.dir={run_dir}", *overrides]
+    if in_process:
+        return train_py(*args, check=check)
+    cmd = [sys.executable, str(ROOT / "train.py"), *args]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A command run by ``script_in_process``, as subprocess.run(text=True) reports a finished process."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def train_py(*args: str, check: bool = True) -> Finished:
+    """``python train.py ARGS`` in this process: its ``__main__`` block as the command runs it (argv
+    quoting, resume planning, Hydra's app with its run folder, record, logs, sweeps and their
+    launchers and sweepers), without a new Python importing torch and Lightning (about 5 s each).
+
+    For what needs no process of its own; signals, exit codes seen by a shell, the process's own
+    console and what it imports at start stay with ``run_train`` / ``subprocess``. An exception that
+    escapes becomes its traceback on stderr and returncode 1, as Python prints it.
+    """
+    return script_in_process("train.py", *args, check=check)
+
+
+def script_in_process(script: str, *args: str, check: bool = True, cwd: Path | None = None) -> Finished:
+    """``python ROOT/<script> ARGS`` (train.py, generate.py, ...) in this process, launched from ``cwd``
+    (default: where the tests run); see ``train_py``."""
+    import runpy
+    import signal
+    import traceback
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    argv, threads = sys.argv, torch.get_num_threads()
+    loggers = {logger: (logger.disabled, logger.level, logger.propagate, logger.handlers[:])
+               for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+               if isinstance(logger, logging.Logger)}
+    signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv, launched_from = [str(ROOT / script), *args], os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+            except SystemExit as e:  # as Python exits: a message goes to stderr, exit status 1
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = argv
+        os.chdir(launched_from)
+        # Hydra's logging config of that run: its console and train.log handlers, and loggers it
+        # disabled (hydra/job_logging=disabled disables every logger that exists)
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            if not isinstance(logger, logging.Logger):
+                continue
+            disabled, level, propagate, handlers = loggers.get(logger, (False, logger.level, logger.propagate,
+                                                                       logger.handlers[:]))
+            for handler in logger.handlers:
+                if handler not in handlers:
+                    handler.close()
+            logger.handlers[:], logger.disabled, logger.propagate = handlers, disabled, propagate
+            logger.setLevel(level)
+        for signum, handler in signals.items():
+            signal.signal(signum, handler)
+        torch.set_num_threads(threads)
+        HydraConfig.instance().cfg = None  # no later test runs "inside" that Hydra job
+        GlobalHydra.instance().clear()
+    done = Finished([str(ROOT / script), *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"{script} failed ({code}):\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """A run with threads=1 in this process sets torch's process-wide thread count: the tests after it
+    get the usual one (tests/test_bit_identity.py names the machine by it)."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    yield
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -63,12 +162,22 @@ def tiny_text_file(tmp_path: Path) -> Path:
 
 
 def compose(*overrides: str, output_dir: Path):
-    """The real composed train config (as `python train.py ...` would see it), outside Hydra's app."""
+    """The real composed train config (as `python train.py ...` would see it), outside Hydra's app.
+    Each set of overrides is composed once per test process (about 0.1 s each); every call gets its own copy."""
+    import copy
+
+    cfg = copy.deepcopy(_composed_train(overrides))
+    cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
+@functools.cache
+def _composed_train(overrides: tuple[str, ...]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose("train", overrides=[f"paths.output_dir={output_dir}", *overrides])
+        return hydra_compose("train", overrides=["paths.output_dir=unset", *overrides])
 
 
 def entry_point(script: str):
@@ -175,3 +284,24 @@ def gpt_run(tmp_path_factory) -> SharedRun:
 @pytest.fixture(scope="session")
 def lstm_run(tmp_path_factory) -> SharedRun:
     return shared_run(tmp_path_factory, "lstm", LSTM_RUN)
+
+
+# --------------------------------------------------------------------------------------------
+# The longest tests start first. pytest-xdist's worksteal hands the tests out in collection order
+# (idle workers then take half of the longest queue), so a long test collected late would run alone
+# at the end of the suite; started first, the short ones fill the other workers meanwhile. Longest first.
+STARTS_FIRST = (
+    "test_seq2seq.py::test_the_numbers_demo_reaches_the_reported_accuracy",
+    "test_resumable_sweeps.py::test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes_it",
+    "test_resumable_sweeps.py::test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share",
+    "test_resumable_sweeps.py::test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one",
+    "test_compare.py::test_all_comparisons_end_to_end_on_a_tiny_budget",
+    "test_reliability.py::test_sigkill_then_resume_equals_an_uninterrupted_run",
+    "test_sweeps.py::test_ddp_on_two_cpu_processes_shares_one_run_folder",
+    "test_reliability.py::test_ctrl_c_saves_last_checkpoint_and_resume_last_continues",
+)  # only tests without a module-scoped fixture: moved away from their module, it would be set up twice
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {name: rank for rank, name in enumerate(STARTS_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.removeprefix("tests/"), len(first)))  # the rest as collected

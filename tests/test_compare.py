@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_TEXT
+from conftest import TINY_TEXT, train_py
 from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from tinylm import compare
 from tinylm.checkpoint import read_checkpoint
+from tinylm.compare import runner
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import tokenizer_from_state
 
@@ -135,16 +136,32 @@ def test_no_comparison_lists_them_and_ends_with_a_usage_line(capsys, args):
 
 
 def run_compare(capsys, *args: str) -> tuple[int, str, str]:
-    """``python -m tinylm.compare ARGS`` in-process (each variant still trains in its own train.py):
-    (exit code, stdout, stderr)."""
+    """``python -m tinylm.compare ARGS`` in-process: (exit code, stdout, stderr)."""
     capsys.readouterr()
     code = compare.main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
 
 
+def first_variant_in_its_own_process(monkeypatch) -> list[Path]:
+    """The runner's ``train``: the first variant it trains in a train.py process as it starts them, every
+    other one as the same command in this process (conftest.train_py: no new Python, torch and Lightning
+    for each). Returns the run folders trained, in order."""
+    real, trained = runner.train, []
+
+    def train(run_dir: Path, overrides: list[str]) -> str | None:
+        trained.append(run_dir)
+        if len(trained) == 1:
+            return real(run_dir, overrides)
+        train_py(f"hydra.run.dir={run_dir}", *overrides)  # raises with train.py's output if it fails
+        return None
+
+    monkeypatch.setattr(runner, "train", train)
+    return trained
+
+
 @pytest.mark.slow
-def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path, capsys):
+def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path, capsys, monkeypatch):
     text = tmp_path / "tiny.txt"
     text.write_text(TINY_TEXT * 30, encoding="utf-8")
     out = tmp_path / "report"
@@ -152,8 +169,10 @@ def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     tiny = ["model.n_embd=16", "model.num_layers=1", "model.block_size=16", "data.batch_size=8",
             "data.val_batches=2", "threads=1"]
     args = ["all", "--steps", "6", "--data", str(text), "--bpe-vocab-size", "300", "--out", str(out), *tiny]
+    trained = first_variant_in_its_own_process(monkeypatch)
     code, stdout, stderr = run_compare(capsys, *args)
     assert code == 0, stderr
+    assert trained[0] == out / "positions" / "learned" and len(trained) == 10
     variants = {"positions": ["learned", "sinusoidal", "rope"], "tokenizers": ["char", "byte", "bpe"],
                 "rnn": ["gpt", "lstm", "gru"], "tricks": ["constant_lr", "warmup_cosine", "grad_clip",
                                                           "warmup_cosine_clip"]}

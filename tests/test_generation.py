@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT
+from conftest import ROOT, TINY_TEXT, script_in_process
 from hydra import compose, initialize_config_dir
 
 from tinylm.checkpoint import load_model
@@ -392,7 +392,8 @@ def test_generate_py_end_to_end_from_a_checkpoint_alone(trained_run, tmp_path, c
 
 
 def test_generate_py_errors_are_one_line(trained_run):
-    proc = run_generate(f"run_dir={trained_run}", "prompt=自注意力Ω", "max_new_tokens=3")
+    proc = script_in_process("generate.py", f"run_dir={trained_run}", "prompt=自注意力Ω", "max_new_tokens=3",
+                             check=False, cwd=ROOT)  # the command in this process: its argv, app and exit
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     vocab = len(set(TINY_TEXT))
@@ -553,16 +554,17 @@ def run_cli(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           encoding="utf-8", timeout=120, cwd=cwd, env=env)
 
 
-@pytest.mark.slow  # a whole process (or several) from start to end
+@pytest.mark.slow
 def test_generate_py_quotes_paths_and_takes_text_literally(tmp_path):
     ckpt = scripted_checkpoint(tmp_path / "my 模型 run" / "checkpoints" / "last.ckpt", "\na${b}c", "}}}}c\na")
-    proc = run_cli("generate.py", f"ckpt_path={ckpt}", "prompt=a${b}", "stop=c", "temperature=0",
-                   "max_new_tokens=6", cwd=tmp_path)
+    # the command's argv quoting and Hydra app, in this process
+    proc = script_in_process("generate.py", f"ckpt_path={ckpt}", "prompt=a${b}", "stop=c", "temperature=0",
+                             "max_new_tokens=6", check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "a${b}c\n"  # not an interpolation, not an error
     (tmp_path / "提示 file.txt").write_text("a", encoding="utf-8")
-    proc = run_cli("generate.py", f"run_dir={ckpt.parent.parent}", "prompt_file=提示 file.txt",
-                   "stop=${oc.env:HOME}", "temperature=0", "max_new_tokens=3", cwd=tmp_path)
+    proc = script_in_process("generate.py", f"run_dir={ckpt.parent.parent}", "prompt_file=提示 file.txt",
+                             "stop=${oc.env:HOME}", "temperature=0", "max_new_tokens=3", check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "a}}}\n"
 

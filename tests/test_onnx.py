@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT
+from conftest import ROOT, TINY_TEXT, script_in_process
 from hydra import compose, initialize_config_dir
 
 from tinylm.cli import quote_values
@@ -321,9 +321,7 @@ def test_export_refuses_bad_options_and_models(tmp_path):
 
 
 def test_export_py_help_shows_only_its_own_options(tmp_path):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, str(ROOT / "export.py"), "--help"], capture_output=True, text=True,
-                          encoding="utf-8", timeout=120, cwd=tmp_path, env=env)
+    proc = script_in_process("export.py", "--help", check=False, cwd=tmp_path)  # the command, in this process
     assert proc.returncode == 0, proc.stderr
     for key in ("ckpt_path", "run_dir", "out", "paths.log_dir"):
         assert re.search(rf"^{re.escape(key)}=", proc.stdout, re.MULTILINE), key

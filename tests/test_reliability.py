@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, compose, run_train
+from conftest import ROOT, TINY_MODEL, compose, run_train, train_py
 
 from tinylm.runs.job import main as train_main
 
@@ -97,7 +97,7 @@ def test_huge_single_line_file_trains(tmp_path):
     path = tmp_path / "oneline.txt"
     path.write_text(("自注意力可以让序列看到前面的位置 attention " * 200_000), encoding="utf-8")  # ~5 M chars
     assert path.stat().st_size > 10_000_000
-    run_train(tmp_path / "run", *FAST, f"data.path={path}")
+    run_train(tmp_path / "run", *FAST, f"data.path={path}", in_process=True)
 
 
 @pytest.mark.slow
@@ -105,10 +105,10 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_good_checkpoint(tmp
     run = tmp_path / "run"
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
               "trainer.val_check_interval=2"]
-    run_train(run, *common, "trainer.max_steps=4")
+    run_train(run, *common, "trainer.max_steps=4", in_process=True)
     good = weights(run / "checkpoints" / "last.ckpt")
     proc = run_train(run, *common, "trainer.max_steps=50", "optim.lr=1e12",
-                     f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", check=False)
+                     f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", check=False, in_process=True)
     assert proc.returncode != 0
     assert "training diverged; lower optim.lr" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -122,11 +122,12 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_good_checkpoint(tmp
 def test_same_seed_gives_bit_identical_runs(tmp_path, tiny_text_file):
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
               "trainer.max_steps=12", "trainer.val_check_interval=6"]
-    run_train(tmp_path / "a", *common)
-    run_train(tmp_path / "b", *common)
+    # in one process: nothing but the seed may carry from one run to the next
+    run_train(tmp_path / "a", *common, in_process=True)
+    run_train(tmp_path / "b", *common, in_process=True)
     a, b = weights(tmp_path / "a/checkpoints/last.ckpt"), weights(tmp_path / "b/checkpoints/last.ckpt")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    c = run_train(tmp_path / "c", *common, "seed=7")
+    c = run_train(tmp_path / "c", *common, "seed=7", in_process=True)
     assert c.returncode == 0
     assert not all(torch.equal(a[k], v) for k, v in weights(tmp_path / "c/checkpoints/last.ckpt").items())
 
@@ -148,9 +149,9 @@ def wait_for(predicate, proc, timeout=120):
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_text_file):
     common = [*TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30", "logger=none",
               "trainer.max_steps=300", "trainer.val_check_interval=20"]
-    run_train(tmp_path / "whole", *common)
+    run_train(tmp_path / "whole", *common, in_process=True)
 
-    broken = tmp_path / "broken"
+    broken = tmp_path / "broken"  # the killed run: a process of its own
     last = broken / "checkpoints" / "last.ckpt"
     proc = start_train(broken, *common)
 
@@ -165,7 +166,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_text_fil
     proc.wait()
     step = torch.load(last, weights_only=True)["global_step"]
     assert 60 <= step < 300
-    run_train(broken, *common, f"ckpt_path={last}")  # resume in the same folder
+    run_train(broken, *common, f"ckpt_path={last}", in_process=True)  # resume in the same folder
     a, b = weights(tmp_path / "whole/checkpoints/last.ckpt"), weights(last)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -190,14 +191,11 @@ def test_ctrl_c_saves_last_checkpoint_and_resume_last_continues(tmp_path, tiny_t
 
     # `ckpt_path=last` finds that run and continues it in its own folder, with its own settings:
     # the command line names only where to look and what changes
-    cmd = [sys.executable, str(ROOT / "train.py"), "ckpt_path=last", f"paths.log_dir={tmp_path}",
-           f"trainer.max_steps={step + 5}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = train_py("ckpt_path=last", f"paths.log_dir={tmp_path}", f"trainer.max_steps={step + 5}")
     assert f"resuming run {run} from last.ckpt in its own folder" in done.stdout
     assert torch.load(last, weights_only=True)["global_step"] == step + 5
     writers = {p.name.split(".")[-2] for p in (run / "tensorboard").glob("events.*")}  # by process id
-    assert len(writers) == 2  # the same TensorBoard run, continued by the resumed process
+    assert len(writers) == 2  # the same TensorBoard run, continued by the resume (this process)
     assert len(list(tmp_path.glob("runs/*"))) == 1
 
 
@@ -219,7 +217,7 @@ def test_one_clean_log_and_errors_kept_in_the_run_folder(tmp_path, tiny_text_fil
     assert "GPU available: False, used: False" in "\n".join(messages)
     assert len(messages) == len(set(messages)), "a line is printed twice"
     assert not [line for line in lines if "Tip:" in line or "deprecated" in line]
-    bad = run_train(tmp_path / "bad", *FAST, f"data.path={tmp_path / 'nope.txt'}", check=False)
+    bad = run_train(tmp_path / "bad", *FAST, f"data.path={tmp_path / 'nope.txt'}", check=False, in_process=True)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
     assert bad.stderr.startswith(f"error: data file not found: {tmp_path / 'nope.txt'}")
     assert "error: data file not found" in (tmp_path / "bad" / "train.log").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL
+from conftest import ROOT, TINY_MODEL, train_py
 from omegaconf import OmegaConf
 
 from tinylm.runs.job import continue_requeued, thread_share
@@ -70,8 +70,10 @@ def step_of(ckpt: Path) -> int:
 def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tmp_path, tiny_text_file):
     sweep = tmp_path / "sweep"
     # model.num_heads=3 does not divide n_embd=16: that job fails alone, with its own error.txt
-    done = run(sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.num_heads=2,3", "model.num_layers=1,2",
-                         "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard"))
+    # threads=null: each job takes its share of the cores (thread_share)
+    cmd = sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.num_heads=2,3", "model.num_layers=1,2",
+                    "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard", "threads=null")
+    done = run(cmd)
     assert done.returncode == 0, done.stderr
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
@@ -90,8 +92,7 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
         assert log.count("final val loss") == 1  # each job's log holds only its own lines
 
     kept = {job.name: snapshot(job) for job in ok}
-    again = run(sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.num_heads=2,3", "model.num_layers=1,2",
-                          "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard"))
+    again = run(cmd)
     assert "2 job(s) finished (kept as they are), 0 interrupted (continue from their last.ckpt), 2 to run" in (
         again.stdout)  # the failed ones run again (and fail again: their config is still impossible)
     assert {job.name: snapshot(job) for job in ok} == kept
@@ -122,8 +123,7 @@ def test_thread_share_is_none_outside_a_joblib_sweep():
 def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_path, tiny_text_file):
     # job 1 is killed between its step-20 checkpoint and its end at 100: 80 steps of margin
     common = ["model.n_embd=16,24,32", "trainer.max_steps=100", "trainer.val_check_interval=10", "threads=1"]
-    whole = run(sweep_cmd(tmp_path / "whole", tiny_text_file, *common))
-    assert whole.returncode == 0, whole.stderr
+    train_py(*sweep_cmd(tmp_path / "whole", tiny_text_file, *common)[2:])  # uninterrupted, in this process
 
     broken = tmp_path / "logs" / "multirun" / "broken"  # where hydra.sweep.dir=last looks, under paths.log_dir
     cmd = sweep_cmd(broken, tiny_text_file, *common)
@@ -136,8 +136,7 @@ def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_pa
     assert job_status(broken / "2") == "not started"  # its folder holds only the claim of the killed sweep
     finished = snapshot(broken / "0")
 
-    done = run(cmd)  # the same command again: finishes the sweep
-    assert done.returncode == 0, done.stderr
+    done = train_py(*cmd[2:])  # the same command again (in this process): finishes the sweep
     assert "1 job(s) finished (kept as they are), 1 interrupted (continue from their last.ckpt), 1 to run" in (
         done.stdout)
     assert snapshot(broken / "0") == finished  # not trained again, not touched
@@ -148,15 +147,14 @@ def test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one(tmp_pa
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert "hydra.sweep.dir" not in (broken / "1" / ".hydra" / "overrides.yaml").read_text()  # its record is kept
 
-    again = run([*cmd[:3], "hydra.sweep.dir=last", *cmd[4:], f"paths.log_dir={tmp_path / 'logs'}"])
-    assert again.returncode == 0, again.stderr
+    again = train_py(cmd[2], "hydra.sweep.dir=last", *cmd[4:], f"paths.log_dir={tmp_path / 'logs'}")
     assert f"finishing sweep {broken}: 3 job(s) finished" in again.stdout  # nothing left to do
 
 
 @pytest.mark.slow
 def test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes_it(tmp_path, tiny_text_file):
     sweep = tmp_path / "sweep"
-    cmd = sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.n_embd=16,24", "trainer.max_steps=1500",
+    cmd = sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.n_embd=16,24", "trainer.max_steps=800",
                     "trainer.val_check_interval=20")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lasts = [sweep / job / "checkpoints" / "last.ckpt" for job in ("0", "1")]
@@ -168,10 +166,10 @@ def test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes
     for job in ("0", "1"):
         saved = metrics(sweep / job)
         assert saved["interrupted"] is True
-        assert 0 < step_of(sweep / job / "checkpoints" / "last.ckpt") == saved["steps"] < 1500
+        assert 0 < step_of(sweep / job / "checkpoints" / "last.ckpt") == saved["steps"] < 800
 
-    other = [*cmd[:-2], "trainer.max_steps=3000", cmd[-1]]
-    refused = run(other)  # not this sweep's own settings: nothing is launched, nothing changes
+    other = [*cmd[2:-2], "trainer.max_steps=3000", cmd[-1]]
+    refused = train_py(*other, check=False)  # not this sweep's own settings: nothing is launched, nothing changes
     assert refused.returncode != 0 and "holds a run of other settings" in refused.stderr
     assert metrics(sweep / "0")["interrupted"] is True
 
@@ -180,4 +178,4 @@ def test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes
     assert "0 job(s) finished (kept as they are), 2 interrupted" in done.stdout
     assert not (sweep / "interrupted.txt").exists()
     for job in ("0", "1"):
-        assert metrics(sweep / job)["steps"] == 1500 and metrics(sweep / job)["interrupted"] is False
+        assert metrics(sweep / job)["steps"] == 800 and metrics(sweep / job)["interrupted"] is False

@@ -3,12 +3,11 @@ writes nothing until every check has passed (a failed or pointless resume leaves
 
 import json
 import multiprocessing
-import sys
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, run_train, train_py
 
 from tinylm.errors import TinyLMError
 from tinylm.runs.folder import claim_unique_dir
@@ -29,16 +28,14 @@ def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("finished")
     (root / "tiny.txt").write_text(TINY_TEXT, encoding="utf-8")
     run = root / "runs" / "first"
-    run_train(run, *FAST, f"data.path={root / 'tiny.txt'}", f"paths.log_dir={root}")
+    run_train(run, *FAST, f"data.path={root / 'tiny.txt'}", f"paths.log_dir={root}", in_process=True)
     return run
 
 
 def resume(*overrides, check=False):
-    """`python train.py ckpt_path=... <overrides>`, without run_train's own hydra.run.dir."""
-    import subprocess
-
-    cmd = [sys.executable, str(ROOT / "train.py"), *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=check)
+    """`python train.py ckpt_path=... <overrides>`, without run_train's own hydra.run.dir: the command's
+    argv, resume plan and Hydra app in this process (conftest.train_py; no signal here needs a process)."""
+    return train_py(*overrides, check=check)
 
 
 def fake_run(folder, overrides, step_file=True):
@@ -123,7 +120,7 @@ def test_check_resume_blames_the_data_when_the_vocabulary_differs(gpt_run):
 
 
 # --------------------------------------------------------------------------------------------
-# Real resumes (train.py processes: Hydra writes the run folder's record)
+# Real resumes (the train.py command, in this process: Hydra writes the run folder's record)
 
 
 @pytest.mark.slow
@@ -158,7 +155,7 @@ def test_resuming_a_finished_run_says_so_and_keeps_its_results(finished_run):
 @pytest.mark.slow
 def test_a_resume_keeps_the_original_record_and_adds_its_own(tmp_path, tiny_text_file):
     run = tmp_path / "runs" / "r"
-    run_train(run, *FAST, f"data.path={tiny_text_file}", f"paths.log_dir={tmp_path}")
+    run_train(run, *FAST, f"data.path={tiny_text_file}", f"paths.log_dir={tmp_path}", in_process=True)
     record = {name: (run / ".hydra" / name).read_bytes() for name in ("config.yaml", "overrides.yaml")}
     first = resume("ckpt_path=last", f"paths.log_dir={tmp_path}", "trainer.max_steps=6", check=True)
     assert f"resuming run {run} from last.ckpt in its own folder" in first.stdout
@@ -201,7 +198,7 @@ def test_paths_with_spaces_and_cjk_need_no_hydra_quoting(tmp_path):
     text = tmp_path / "my 文本.txt"
     text.write_text(TINY_TEXT, encoding="utf-8")
     run = tmp_path / "运行 one"
-    run_train(run, *FAST, f"data.path={text}")  # as the shell passes data.path="$tmp/my 文本.txt"
+    run_train(run, *FAST, f"data.path={text}", in_process=True)  # as the shell passes data.path="$tmp/my 文本.txt"
     resumed = resume(f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6", check=True)
     assert f"resuming run {run} from last.ckpt in its own folder" in resumed.stdout
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6

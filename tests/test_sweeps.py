@@ -53,7 +53,7 @@ def grid_sweep(tmp_path_factory):
     sweep = root / "sweep"
     proc = run_train(root / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY, f"data.path={root / 'tiny.txt'}",
                      "trainer.max_steps=4", "trainer.val_check_interval=4", "model.n_embd=24,32",
-                     "model.num_heads=2,3")
+                     "model.num_heads=2,3", in_process=True)
     return sweep, proc
 
 
@@ -343,7 +343,7 @@ def test_a_sweep_job_that_crashes_is_recorded_as_failed(tmp_path, tiny_text_file
     sweep = tmp_path / "sweep"
     proc = run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY, f"data.path={tiny_text_file}",
                      "trainer.max_steps=2", "+callbacks.broken._target_=json.loads", "+callbacks.broken.s=nope",
-                     "seed=1,2", check=False)
+                     "seed=1,2", check=False, in_process=True)
     assert proc.returncode != 0 and "Error executing job with overrides" in proc.stderr
     assert (sweep / "0" / "error.txt").read_text().startswith("InstantiationException: Error in call to target "
                                                                "'json.loads'")
@@ -369,7 +369,7 @@ def test_optuna_search_runs_trials_and_keeps_the_best(tmp_path, tiny_text_file):
     tiny = [o for o in TINY if not o.startswith("model.n_embd=")]  # a fixed value would leave the search space
     run_train(tmp_path / "unused", "hparams_search=optuna", f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=3",
               *tiny, f"data.path={tiny_text_file}", "trainer.max_steps=4", "trainer.val_check_interval=4",
-              "model.n_embd=choice(16,32)", "model.num_layers=1")
+              "model.n_embd=choice(16,32)", "model.num_layers=1", in_process=True)
     trials = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in trials] == ["0", "1", "2"]
     losses = [metrics_of(p)["best_val_loss"] for p in trials]  # what the search minimises
@@ -395,7 +395,7 @@ def test_optuna_search_records_failed_trials_as_the_worst_and_goes_on(tmp_path, 
     proc = run_train(tmp_path / "unused", "hparams_search=optuna", f"hydra.sweep.dir={sweep}",
                      "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.seed=1", *tiny, f"data.path={tiny_text_file}",
                      "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2", "model.n_embd=16",
-                     "model.num_layers=1", "model.dropout=0.0", "optim.lr=choice(0.003,1e12,0)")
+                     "model.num_layers=1", "model.dropout=0.0", "optim.lr=choice(0.003,1e12,0)", in_process=True)
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 2
@@ -457,7 +457,7 @@ def test_ddp_inside_a_local_sweep_is_refused_per_job(tmp_path, tiny_text_file):
     sweep = tmp_path / "sweep"
     proc = run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", "trainer=ddp_sim", *TINY,
                      f"data.path={tiny_text_file}", "trainer.max_steps=2", "trainer.val_check_interval=2",
-                     "model.n_embd=16,32")
+                     "model.n_embd=16,32", in_process=True)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 2 and all("multi-process DDP cannot run inside a local sweep (-m)" in e for e in errors)
     assert "Initializing distributed" not in proc.stdout + proc.stderr  # no rank was started

@@ -1,4 +1,5 @@
-"""End-to-end training through the real train.py (Hydra + Lightning), on tiny models."""
+"""End-to-end training through the real train.py command (Hydra + Lightning; in this process where no
+process is the point, conftest.train_py), on tiny models."""
 
 import json
 import math
@@ -21,7 +22,7 @@ def test_train_writes_a_complete_run_folder(tmp_path, tiny_text_file):
     run = tmp_path / "run"
     proc = run_train(
         run, *TINY_MODEL, f"data.path={tiny_text_file}", "data.repeat=30",
-        "trainer.max_steps=40", "trainer.val_check_interval=20", "optim.lr=0.01",
+        "trainer.max_steps=40", "trainer.val_check_interval=20", "optim.lr=0.01", in_process=True,
     )
     assert "total" in proc.stdout and "lm_head" in proc.stdout  # the parameter table
     assert (run / ".hydra" / "config.yaml").exists()
@@ -58,7 +59,7 @@ def test_relative_data_path_resolves_against_launch_directory(tmp_path, tiny_tex
     monkeypatch.chdir(tiny_text_file.parent)
     run = tmp_path / "run"
     run_train(run, *TINY_MODEL, "data.path=tiny.txt", "data.repeat=30", "trainer.max_steps=2",
-              "trainer.val_check_interval=2")
+              "trainer.val_check_interval=2", in_process=True)
     assert (run / "metrics.json").exists()
 
 
@@ -84,7 +85,7 @@ def test_multirun_gives_each_job_its_own_folder(tmp_path, tiny_text_file):
     sweep = tmp_path / "sweep"
     run_train(tmp_path / "unused", "-m", f"hydra.sweep.dir={sweep}", *TINY_MODEL,
               f"data.path={tiny_text_file}", "data.repeat=30", "trainer.max_steps=3",
-              "trainer.val_check_interval=3", "model.n_embd=16,32")
+              "trainer.val_check_interval=3", "model.n_embd=16,32", in_process=True)
     jobs = sorted(p.parent for p in sweep.glob("*/metrics.json"))
     assert [p.name for p in jobs] == ["0", "1"]
     params = [json.loads((p / "metrics.json").read_text())["num_params"] for p in jobs]

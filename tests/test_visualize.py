@@ -8,7 +8,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import ROOT
+from conftest import ROOT, script_in_process
 
 PROBE = "自注意力可以让序列"
 
@@ -19,7 +19,11 @@ def run_dir(gpt_run) -> Path:
     return gpt_run.path
 
 
-def visualize(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+def visualize(cwd: Path, *overrides: str, in_process: bool = True):
+    """``python visualize.py OVERRIDES`` launched from ``cwd``: the command in this process
+    (conftest.script_in_process: its argv, Hydra app and exit status), or a process of its own."""
+    if in_process:
+        return script_in_process("visualize.py", *overrides, check=False, cwd=cwd)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, str(ROOT / "visualize.py"), *overrides], cwd=cwd,
                           capture_output=True, text=True, timeout=120, env=env)
@@ -30,7 +34,7 @@ def test_writes_one_png_per_layer_and_nothing_else(run_dir, tmp_path):
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    proc = visualize(cwd, f"ckpt_path={ckpt}", f"text={PROBE}", "out_dir=pngs")
+    proc = visualize(cwd, f"ckpt_path={ckpt}", f"text={PROBE}", "out_dir=pngs", in_process=False)
     assert proc.returncode == 0, proc.stderr
     out = cwd / "pngs"  # relative out_dir: relative to where the command ran
     expected = [out / "attention_layer0.png", out / "attention_layer1.png"]
