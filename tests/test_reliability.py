@@ -31,6 +31,8 @@ def snapshot(folder):
 
 def bad_files(tmp_path, earlier):
     """name -> (data/ckpt overrides, expected message) for every bad-input row."""
+    (tmp_path / "no_texts").mkdir()
+    (tmp_path / "no_texts" / "notes.md").write_text("not a .txt file", encoding="utf-8")
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "short.txt").write_text("abc", encoding="utf-8")
     (tmp_path / "latin1.txt").write_bytes("café ".encode("latin-1") * 100)
@@ -41,7 +43,7 @@ def bad_files(tmp_path, earlier):
     text = f"data.path={tmp_path / 'tiny.txt'}"
     return {
         "missing file": ([f"data.path={tmp_path / 'nope.txt'}"], "data file not found"),
-        "directory": ([f"data.path={tmp_path}"], "is a directory, not a file"),
+        "directory": ([f"data.path={tmp_path / 'no_texts'}"], "is a directory without .txt files"),
         "empty file": ([f"data.path={tmp_path / 'empty.txt'}"], "data file is empty"),
         "too short": ([f"data.path={tmp_path / 'short.txt'}"], "has 3 tokens but block_size=16 needs at least 17"),
         "not utf-8": ([f"data.path={tmp_path / 'latin1.txt'}"], "is not valid utf-8: byte 3"),

@@ -35,7 +35,7 @@ from tinylm.training.config_checks import config_problems
 
 generate_cli = entry_point("generate.py")
 V = 13
-DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of the 600 held-out numbers (docs/translation.md)
+DEMO_EXACT_MATCH = 0.9967  # experiment=numbers_zh at its 1,500 steps: 598 of 600 held-out numbers (docs/translation.md)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
