@@ -74,11 +74,14 @@ def test_an_ordinary_newest_run_is_chosen_as_before(tmp_path):
                                                          "the newest run's best checkpoint")
 
 
-def test_a_checkpoint_is_shown_relative_to_the_current_folder_when_shorter(tmp_path, monkeypatch):
+def test_a_checkpoint_is_shown_relative_to_the_current_folder_when_it_lies_inside(tmp_path, monkeypatch):
     ckpt = tmp_path / "outputs" / "runs" / "a" / "checkpoints" / "last.ckpt"
     monkeypatch.chdir(tmp_path)
     assert shown_path(ckpt) == os.path.join("outputs", "runs", "a", "checkpoints", "last.ckpt")
-    deep = tmp_path.joinpath(*"d" * (len(str(tmp_path)) // 3 + 1))  # "../" * that many is longer
+    (tmp_path / "beside").mkdir()
+    monkeypatch.chdir(tmp_path / "beside")  # "../outputs/..." is shorter, but walks out of the folder
+    assert shown_path(ckpt) == str(ckpt)
+    deep = tmp_path.joinpath(*"d" * (len(str(tmp_path)) // 3 + 1))
     deep.mkdir(parents=True)
     monkeypatch.chdir(deep)
     assert shown_path(ckpt) == str(ckpt)

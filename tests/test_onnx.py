@@ -28,6 +28,7 @@ from tinylm.onnx.export import export_onnx
 from tinylm.onnx.runtime import keep_top_k as np_top_k
 from tinylm.onnx.runtime import keep_top_p as np_top_p
 from tinylm.onnx.runtime import load_onnx, sample_next
+from tinylm.tasks.text.printing import shown_path
 from tinylm.tasks.text.sampling import keep_top_k, keep_top_p
 from tinylm.tasks.text.sampling import sample_next as torch_sample_next
 from tinylm.tokenizer import CharTokenizer
@@ -197,7 +198,7 @@ def test_sampling_on_onnx_is_seeded_and_honours_every_option(exported, capsys):
     assert stopped.endswith("意\n") and stopped.count("意") == 1
 
 
-def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys):
+def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys, monkeypatch):
     ckpt, path, _ = exported
     options = ["prompt=自注意", "temperature=0", "max_new_tokens=12"]
     expected = generate_text(capsys, f"ckpt_path={ckpt}", *options)[0]
@@ -211,7 +212,8 @@ def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys):
     assert not {m for m in imported if m.split(".")[0] in ("torch", "lightning", "tinylm.tasks.text.sampling")}
     assert "tinylm.checkpoint" not in imported and "tinylm.tasks.text.sampling" not in imported
     (line,) = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
-    shown = min(os.path.relpath(path, tmp_path), str(path), key=len)  # relative to the folder it ran in, if shorter
+    monkeypatch.chdir(tmp_path)
+    shown = shown_path(path)  # as seen from the folder it ran in
     assert line.startswith(f"checkpoint: {shown} (step 60, vocabulary ")
     assert proc.stdout == expected and expected.startswith("自注意")
     assert list(tmp_path.iterdir()) == []  # no Hydra folders or logs

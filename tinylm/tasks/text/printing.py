@@ -46,10 +46,12 @@ class Sampler(NamedTuple):
 
 
 def shown_path(path: str | Path) -> str:
-    """``path`` relative to the current folder when that is shorter, else absolute."""
+    """``path`` relative to the current folder when it lies inside it (and that is shorter), else absolute:
+    ``outputs/runs/...`` from the project folder, never a ``../..`` walk out of it."""
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
-    return relative if len(relative) < len(absolute) else absolute
+    inside = relative != os.pardir and not relative.startswith(os.pardir + os.sep)
+    return relative if inside and len(relative) < len(absolute) else absolute
 
 
 def checkpoint_name(path: str | Path, why: str = "", *facts: str) -> str:
