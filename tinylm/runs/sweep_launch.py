@@ -62,13 +62,13 @@ def job_work(job: DictConfig) -> float:
         return 0.0
 
 
+JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+
+
 def runs_in_parallel(launcher) -> bool:
-    """Whether ``launcher`` is Hydra's joblib launcher (jobs in parallel processes, started in order)."""
-    try:
-        from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
-    except ImportError:
-        return False
-    return isinstance(launcher, JoblibLauncher)
+    """Whether ``launcher`` is Hydra's joblib launcher (jobs in parallel processes, started in order).
+    By name: Hydra's plugin scan may load the plugin's module afresh, a class object of its own."""
+    return f"{type(launcher).__module__}.{type(launcher).__qualname__}" == JOBLIB_LAUNCHER
 
 
 def launch_largest_first(launcher, jobs: Sequence[tuple[int, Sequence[str], float]]) -> list[JobReturn]:
