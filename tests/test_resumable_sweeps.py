@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,8 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
                     "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard", "threads=null")
     done = run(cmd)
     assert done.returncode == 0, done.stderr
+    launched = re.findall(r"\t#(\d) : ", done.stdout + done.stderr)
+    assert launched == ["1", "0", "2", "3"]  # the largest first (2 layers), the impossible ones last, in order
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
     ok = [job for job in jobs if (job / "metrics.json").is_file()]
@@ -100,7 +103,7 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
         assert log.count("final val loss") == 1  # each job's log holds only its own lines
 
     kept = {job.name: snapshot(job) for job in ok}
-    again = run(cmd)
+    again = train_py(*cmd[2:])  # the same command again, in this process
     assert "2 job(s) finished (kept as they are), 0 interrupted (continue from their last.ckpt), 2 to run" in (
         again.stdout)  # the failed ones run again (and fail again: their config is still impossible)
     assert {job.name: snapshot(job) for job in ok} == kept
@@ -181,8 +184,7 @@ def test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes
     assert refused.returncode != 0 and "holds a run of other settings" in refused.stderr
     assert metrics(sweep / "0")["interrupted"] is True
 
-    done = run(cmd)
-    assert done.returncode == 0, done.stderr
+    done = train_py(*cmd[2:])  # the same command again, in this process
     assert "0 job(s) finished (kept as they are), 2 interrupted" in done.stdout
     assert not (sweep / "interrupted.txt").exists()
     for job in ("0", "1"):
