@@ -1,6 +1,7 @@
 """A small sweep run job after job against the same sweep on the joblib launcher, side by side:
 
     python bench/bench_sweeps.py [--repeats 2] [--steps 400]     # about 4 minutes on 2 cores
+    python bench/bench_sweeps.py --order [--repeats 2] [--steps 200]    # grid order vs largest first
 
 The sweep is 2 x 2 small models (n_embd 32/64 x 2/4 heads, 2 layers) on the default corpus, without
 logger or callbacks: what a quick size sweep on a laptop looks like. Jobs run in order, two at a
@@ -10,6 +11,11 @@ one process, each job with PyTorch's default threads (one per core). Parallel:
 ``hydra/launcher=joblib hydra.launcher.n_jobs=<cores>``, each job with cores // n_jobs threads. The
 two take turns and the fastest of each counts. Prints one JSON line per run and a summary with the
 ratio (target: parallel at most 0.75x the sequential wall time on 2 cores).
+
+``--order``: an unbalanced 2 x 2 grid (2 or 4 layers x STEPS or 2 x STEPS steps: its largest job
+about 4x its smallest, and last in the grid's order) on the joblib launcher, jobs started in the
+grid's order (``hydra.sweeper.largest_first=false``) against the largest first (the default),
+taking turns. Prints each job's own wall time too, and the ratio largest-first / grid order.
 """
 
 from __future__ import annotations
@@ -30,23 +36,62 @@ SWEEP = ["model.n_embd=32,64", "model.num_heads=2,4", "model.num_layers=2", "log
          "trainer.enable_progress_bar=false"]
 
 
+UNBALANCED = ["model.n_embd=64", "model.num_heads=4", "logger=none", "callbacks=none",
+              "trainer.enable_progress_bar=false"]
+
+
 def sweep_seconds(sweep_dir: Path, steps: int, *launcher: str) -> float:
     cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep_dir}", *SWEEP, f"trainer.max_steps={steps}",
            f"trainer.val_check_interval={steps // 4}", *launcher]
+    return timed(cmd, sweep_dir, [steps] * 4)
+
+
+def timed(cmd: list[str], sweep_dir: Path, steps: list[int]) -> float:
+    """Seconds ``cmd`` ran; every job of its sweep must have finished its steps."""
     started = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
     seconds = time.perf_counter() - started
-    done = [json.loads(p.read_text()) for p in sweep_dir.glob("*/metrics.json")]
-    assert len(done) == 4 and all(m["steps"] == steps for m in done), f"{sweep_dir}: not every job finished"
+    done = [json.loads((sweep_dir / str(num) / "metrics.json").read_text()) for num in range(len(steps))]
+    assert [m["steps"] for m in done] == steps, f"{sweep_dir}: not every job finished"
     return seconds
+
+
+def order_bench(repeats: int, steps: int, cores: int) -> None:
+    """Grid order against largest first on the unbalanced 2 x 2 grid, on the joblib launcher."""
+    modes = {"grid-order": ["hydra.sweeper.largest_first=false"], "largest-first": []}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for turn in range(repeats):
+            for mode, order in modes.items():
+                sweep_dir = Path(tmp) / f"{mode}-{turn}"
+                cmd = [sys.executable, "train.py", "-m", f"hydra.sweep.dir={sweep_dir}", *UNBALANCED,
+                       "model.num_layers=2,4", f"trainer.max_steps={steps},{2 * steps}",
+                       f"trainer.val_check_interval={steps // 2}", "hydra/launcher=joblib",
+                       f"hydra.launcher.n_jobs={cores}", *order]
+                times[mode].append(timed(cmd, sweep_dir, [steps, 2 * steps] * 2))
+                jobs = [json.loads((sweep_dir / str(n) / "metrics.json").read_text())["wall_seconds"] for n in range(4)]
+                print(json.dumps({"bench": "sweep-order", "mode": mode, "jobs": 4, "steps": [steps, 2 * steps],
+                                  "job_wall_seconds": [round(s, 1) for s in jobs],
+                                  "largest_over_smallest": round(max(jobs) / min(jobs), 2),
+                                  "wall_seconds": round(times[mode][-1], 1), "load": os.getloadavg()[0]}), flush=True)
+    grid, largest = min(times["grid-order"]), min(times["largest-first"])
+    print(json.dumps({"bench": "sweep-order-summary", "cpu": cpu_name(), "cores": cores, "n_jobs": cores,
+                      "grid_order_s": round(grid, 1), "largest_first_s": round(largest, 1),
+                      "ratio": round(largest / grid, 3)}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="runs of each, taking turns (the fastest counts)")
-    parser.add_argument("--steps", type=int, default=400, help="training steps of each job")
+    parser.add_argument("--steps", type=int, default=None, help="training steps of each job (default 400; "
+                        "--order: 200, the longer jobs twice as many)")
+    parser.add_argument("--order", action="store_true", help="grid order vs largest first on an unbalanced grid")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if args.order:
+        order_bench(args.repeats, args.steps or 200, cores)
+        return
+    args.steps = args.steps or 400
     modes = {"sequential": [], "parallel": ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={cores}"]}
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:

@@ -255,17 +255,23 @@ def train_in_process(run: Path, *overrides: str) -> str:
     return output.getvalue()
 
 
-def shared_run(tmp_path_factory, name: str, overrides: list[str]) -> SharedRun:
-    """The run ``name`` trained once per session; under xdist once for all workers (a file lock in
-    the folder the workers share, as pytest-xdist's docs show)."""
-    from filelock import FileLock
-
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """``shared-runs/<name>`` in the session's temporary folder, the same for every xdist worker: make
+    what goes in it under ``FileLock(<folder>.lock)`` (as pytest-xdist's docs show), once per session."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent
     folder = base / "shared-runs" / name
-    run, done = folder / "outputs" / "runs" / "2026-01-01_00-00-00", folder / "output.txt"
     folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shared_run(tmp_path_factory, name: str, overrides: list[str]) -> SharedRun:
+    """The run ``name`` trained once per session; under xdist once for all workers (``shared_folder``)."""
+    from filelock import FileLock
+
+    folder = shared_folder(tmp_path_factory, name)
+    run, done = folder / "outputs" / "runs" / "2026-01-01_00-00-00", folder / "output.txt"
     with FileLock(str(folder) + ".lock"):
         if not done.exists():
             text = folder / "tiny.txt"

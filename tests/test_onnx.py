@@ -83,27 +83,44 @@ def compose_config(name: str, *overrides: str):
         return compose(config_name=name, overrides=overrides)
 
 
+def learned_export(tmp_path_factory) -> tuple[Path, Path, GPT]:
+    """(checkpoint, ONNX file, model) of the GPT with learned positions, exported by export.py
+    in-process, found as the newest run's best checkpoint and written next to it (the defaults).
+    A trace takes 10-20 s of CPU: made once per session for every worker and every file that reads
+    it (tests/test_onnx_safety.py too); read it, never write next to it."""
+    from conftest import shared_folder
+    from filelock import FileLock
+
+    tmp = shared_folder(tmp_path_factory, "onnx-learned")
+    ckpt = tmp / "runs" / "2026-01-01_00-00-00" / "checkpoints" / "best-step=60.ckpt"
+    with FileLock(str(tmp) + ".lock"):
+        if not ckpt.with_suffix(".onnx").is_file():  # written last, renamed into place
+            tokenizer = CharTokenizer.from_text(TINY_TEXT)
+            save_checkpoint(trained_gpt("learned", tokenizer), tokenizer, ckpt)
+            out = export_cli.run(compose_config("export", f"paths.log_dir={tmp}"))
+            assert out == ckpt.with_suffix(".onnx")
+    saved = torch.load(ckpt, weights_only=True)
+    model = build_model(saved["model_config"])
+    model.load_state_dict({k.removeprefix("model."): v for k, v in saved["state_dict"].items()})
+    return ckpt, ckpt.with_suffix(".onnx"), model.eval()
+
+
 # Each export traces the model with torch.export (several seconds): the quick run (-m 'not slow') exports one.
 @pytest.fixture(scope="module", params=[p if p == "learned" else pytest.param(p, marks=pytest.mark.slow)
                                         for p in POS_ENCODINGS])
 def exported(request, tmp_path_factory):
     """(checkpoint, ONNX file, model) per position encoding, exported by export.py in-process.
 
-    The learned one is found as the newest run's best checkpoint and written next to it (the
-    defaults); the others are named with ckpt_path and out.
+    The learned one is ``learned_export``; the others are named with ckpt_path and out.
     """
+    if request.param == "learned":
+        return learned_export(tmp_path_factory)
     tmp = tmp_path_factory.mktemp(request.param)
     tokenizer = CharTokenizer.from_text(TINY_TEXT)
     model = trained_gpt(request.param, tokenizer)
-    if request.param == "learned":
-        run = tmp / "runs" / "2026-01-01_00-00-00"
-        ckpt = save_checkpoint(model, tokenizer, run / "checkpoints" / "best-step=60.ckpt")
-        out = export_cli.run(compose_config("export", f"paths.log_dir={tmp}"))
-        assert out == ckpt.with_suffix(".onnx")
-    else:
-        ckpt = save_checkpoint(model, tokenizer, tmp / "model.ckpt")
-        out = export_cli.run(compose_config("export", f"ckpt_path={ckpt}", f"out={tmp / 'exported' / 'm.onnx'}"))
-        assert out == tmp / "exported" / "m.onnx"
+    ckpt = save_checkpoint(model, tokenizer, tmp / "model.ckpt")
+    out = export_cli.run(compose_config("export", f"ckpt_path={ckpt}", f"out={tmp / 'exported' / 'm.onnx'}"))
+    assert out == tmp / "exported" / "m.onnx"
     return ckpt, out, model
 
 

@@ -16,13 +16,11 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-import torch
 from conftest import TINY_TEXT
 from onnx import TensorProto, helper
-from test_onnx import BLOCK, compose_config, export_cli, generate_cli, save_checkpoint
+from test_onnx import BLOCK, compose_config, export_cli, generate_cli, learned_export
 
 from tinylm.errors import TinyLMError
-from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.onnx import export as onnx_export
 from tinylm.onnx.export import export_onnx
 from tinylm.onnx.external import TENSOR_PATHS, uses_external_data
@@ -35,14 +33,10 @@ ONE_LINE = r"^[^\n]+$"
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """(checkpoint, its ONNX export, model, tokenizer): one export (a trace) shared by every test."""
-    tmp = tmp_path_factory.mktemp("onnx_safety")
-    tokenizer = CharTokenizer.from_text(TINY_TEXT)
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=BLOCK, n_embd=16, num_heads=2,
-                          num_layers=2, dropout=0.0)).eval()
-    ckpt = save_checkpoint(model, tokenizer, tmp / "model.ckpt")
-    return ckpt, export_onnx(model, tokenizer, tmp / "good.onnx", 60), model, tokenizer
+    """(checkpoint, its ONNX export, model, tokenizer): tests/test_onnx.py's export (a trace, made
+    once per session), shared by every test; read it, never write next to it."""
+    ckpt, good, model = learned_export(tmp_path_factory)
+    return ckpt, good, model, CharTokenizer.from_text(TINY_TEXT)
 
 
 @pytest.fixture

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import ROOT, TINY_MODEL, train_py
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.types import RunMode
+from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 from omegaconf import OmegaConf
 
+import hydra_plugins.tinylm_sweeper.resumable_sweeper  # noqa: F401 - registers hydra/sweeper=tinylm
 from tinylm.runs.job import continue_requeued, thread_share
 from tinylm.runs.job_files import job_status
+from tinylm.runs.sweep_launch import ComposedOnce, job_work
+from tinylm.runs.sweep_resume import ResumingLauncher
 
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
@@ -75,6 +84,8 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
                     "trainer.max_steps=20", "trainer.val_check_interval=10", "logger=tensorboard", "threads=null")
     done = run(cmd)
     assert done.returncode == 0, done.stderr
+    launched = re.findall(r"\t#(\d) : ", done.stdout + done.stderr)
+    assert launched == ["1", "0", "2", "3"]  # the largest first (2 layers), the impossible ones last, in order
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
     ok = [job for job in jobs if (job / "metrics.json").is_file()]
@@ -92,7 +103,7 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
         assert log.count("final val loss") == 1  # each job's log holds only its own lines
 
     kept = {job.name: snapshot(job) for job in ok}
-    again = run(cmd)
+    again = train_py(*cmd[2:])  # the same command again, in this process
     assert "2 job(s) finished (kept as they are), 0 interrupted (continue from their last.ckpt), 2 to run" in (
         again.stdout)  # the failed ones run again (and fail again: their config is still impossible)
     assert {job.name: snapshot(job) for job in ok} == kept
@@ -173,9 +184,48 @@ def test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes
     assert refused.returncode != 0 and "holds a run of other settings" in refused.stderr
     assert metrics(sweep / "0")["interrupted"] is True
 
-    done = run(cmd)
-    assert done.returncode == 0, done.stderr
+    done = train_py(*cmd[2:])  # the same command again, in this process
     assert "0 job(s) finished (kept as they are), 2 interrupted" in done.stdout
     assert not (sweep / "interrupted.txt").exists()
     for job in ("0", "1"):
         assert metrics(sweep / job)["steps"] == 800 and metrics(sweep / job)["interrupted"] is False
+
+
+def sweep_planner(tmp_path: Path) -> ResumingLauncher:
+    """A sweep's planner on the joblib launcher, as ``python train.py -m hydra/launcher=joblib`` sets it up."""
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(ROOT / "conf")))
+    config = loader.load_configuration("train", overrides=[f"hydra.sweep.dir={tmp_path}", *JOBLIB],
+                                       run_mode=RunMode.MULTIRUN)
+    return ResumingLauncher(JoblibLauncher(), SimpleNamespace(config_loader=ComposedOnce(loader)), config)
+
+
+def test_each_job_config_is_composed_once_and_every_caller_gets_its_own_copy(tmp_path):
+    planner = sweep_planner(tmp_path)
+    loader = planner.hydra_context.config_loader
+    composed = []
+    real = loader.loader.load_sweep_config
+    loader.loader = SimpleNamespace(load_sweep_config=lambda master, overrides: composed.append(overrides) or real(
+        master, overrides))
+    jobs = [["model.n_embd=32"], ["model.n_embd=64"]]
+    with planner.claimed(jobs):  # the planning composes each job
+        first = planner.job_config(jobs[0], 0)
+    first.model.n_embd = 1  # a copy: the next caller (the launcher) still gets the job's own config
+    again = loader.load_sweep_config(planner.config, jobs[0])
+    assert again.model.n_embd == 32 and again.hydra.sweep.dir == str(tmp_path)
+    assert composed == jobs  # once each, however often asked
+
+
+def test_the_largest_jobs_are_sized_largest_and_an_impossible_one_smallest(tmp_path):
+    planner = sweep_planner(tmp_path)
+    assert planner.largest_first  # the joblib launcher: jobs in parallel
+
+    def size(*overrides: str) -> float:
+        return job_work(planner.job_config(list(overrides), 0))
+
+    small, deep, long, both = (size(*o) for o in (["model.num_layers=2"], ["model.num_layers=4"],
+                                                   ["model.num_layers=2", "trainer.max_steps=2000"],
+                                                   ["model.num_layers=4", "trainer.max_steps=2000"]))
+    assert 0 < small < deep < both and long == 2 * small and both == 2 * deep
+    assert size("model=lstm") > 0 and size("model=seq2seq", "data=pairs") > 0  # every kind of model is sized
+    assert size("model.num_heads=3") == 0  # 64 is not divisible by 3: that job fails at once
+    assert not ResumingLauncher(None, planner.hydra_context, planner.config).largest_first  # basic launcher: in order

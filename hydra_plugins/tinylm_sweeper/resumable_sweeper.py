@@ -4,6 +4,8 @@ Hydra only loads sweepers from the ``hydra_plugins`` package, so this thin class
 the logic in ``tinylm.runs.sweep_resume``. conf/hydra/default.yaml makes it the training sweeper:
 ``python train.py -m ...`` runs a sweep as Hydra's basic sweeper would, and running the same
 command again with ``hydra.sweep.dir=<that sweep>`` finishes it (see ``tinylm.runs.sweep_resume``).
+Each job's config is composed once, and on the joblib launcher the largest jobs start first
+(``hydra.sweeper.largest_first=false``: in the grid's order; see ``tinylm.runs.sweep_launch``).
 """
 
 from collections.abc import Sequence
@@ -14,6 +16,7 @@ from typing import Any, Dict, Optional  # noqa: UP035 - Hydra reads these annota
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import HydraContext
 
 
 @dataclass
@@ -21,6 +24,7 @@ class ResumableSweeperConf:
     _target_: str = "hydra_plugins.tinylm_sweeper.resumable_sweeper.ResumableSweeper"
     max_batch_size: Optional[int] = None  # noqa: UP045 - as Hydra's basic sweeper: None launches all at once
     params: Optional[Dict[str, str]] = None  # noqa: UP006, UP045
+    largest_first: bool = True  # with the joblib launcher: start the largest jobs first
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="tinylm", node=ResumableSweeperConf,
@@ -28,14 +32,19 @@ ConfigStore.instance().store(group="hydra/sweeper", name="tinylm", node=Resumabl
 
 
 class ResumableSweeper(BasicSweeper):
-    def __init__(self, max_batch_size: Optional[int], params: Optional[Dict[str, str]] = None):  # noqa: UP006, UP045
+    def __init__(self, max_batch_size: Optional[int], params: Optional[Dict[str, str]] = None,  # noqa: UP006, UP045
+                 largest_first: bool = True):
         super().__init__(max_batch_size=max_batch_size, params=params)
+        self.largest_first = largest_first
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        from tinylm.runs.sweep_launch import ComposedOnce
         from tinylm.runs.sweep_resume import ResumingLauncher
 
+        hydra_context = HydraContext(config_loader=ComposedOnce(hydra_context.config_loader),
+                                     callbacks=hydra_context.callbacks)  # each job's config composed once
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.launcher = ResumingLauncher(self.launcher, hydra_context, config)
+        self.launcher = ResumingLauncher(self.launcher, hydra_context, config, self.largest_first)
 
     def sweep(self, arguments: Sequence[str]) -> Any:
         """Every job of the sweep (expanded as BasicSweeper expands them) is planned and claimed before

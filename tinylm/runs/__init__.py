@@ -7,6 +7,7 @@
 - ``resume``: ``ckpt_path=``: planning a resume and checking its checkpoint against the config;
 - ``job_files``: the files a job leaves in its folder, and what they say of it;
 - ``sweep_resume``, ``sweep_stop``: sweeps that survive interruption and stop cleanly;
+- ``sweep_launch``: each job's config composed once; in parallel, the largest jobs first;
 - ``sweep_report``: ``python -m tinylm.runs.sweep_report <sweep folder>``.
 
 ``tinylm.training.fit`` imports nothing from here.

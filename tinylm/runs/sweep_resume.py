@@ -49,6 +49,7 @@ from tinylm.runs.job_files import (
     read_metrics,
     release_claim,
 )
+from tinylm.runs.sweep_launch import job_work, launch_largest_first, runs_in_parallel
 from tinylm.runs.sweep_stop import STOP_FILE, interrupt_stops_the_sweep
 
 # --------------------------------------------------------------------------------------------
@@ -74,12 +75,14 @@ def newest_sweep(argv: list[str], conf_dir: Path) -> list[str]:
 
 
 class ResumingLauncher:
-    """Wraps the sweep's launcher (basic, joblib, SLURM): keeps finished jobs, continues interrupted ones."""
+    """Wraps the sweep's launcher (basic, joblib, SLURM): keeps finished jobs, continues interrupted ones;
+    on the joblib launcher (``largest_first``) starts the largest jobs first (``tinylm.runs.sweep_launch``)."""
 
-    def __init__(self, launcher, hydra_context, config: DictConfig):
+    def __init__(self, launcher, hydra_context, config: DictConfig, largest_first: bool = True):
         self.launcher = launcher
         self.hydra_context = hydra_context
         self.config = config
+        self.largest_first = largest_first and runs_in_parallel(launcher)  # jobs in parallel: the largest first
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.planned: list[tuple[str, Path]] = []  # for every job of the sweep, by number
 
@@ -190,19 +193,26 @@ class ResumingLauncher:
             return [skipped_job(overrides) for overrides in job_overrides]
         plan = self.planned[initial_job_idx:initial_job_idx + len(job_overrides)]
         returns: list[JobReturn | None] = [None] * len(job_overrides)
-        segment: list[int] = []  # consecutive jobs to launch together, so each keeps its number
+        segment: list[int] = []  # jobs to launch together (consecutive ones, unless each keeps its number anyway)
 
         def launch_segment() -> None:
             if segment:
                 batch = [launch_overrides(job_overrides[i], *plan[i]) for i in segment]
                 with interrupt_stops_the_sweep(self.sweep_dir):
-                    for i, ret in zip(segment, self.launcher.launch(batch, initial_job_idx + segment[0]), strict=True):
+                    if self.largest_first:
+                        jobs = [(initial_job_idx + i, overrides, job_work(self.job_config(job_overrides[i], 0)))
+                                for i, overrides in zip(segment, batch, strict=True)]
+                        launched = launch_largest_first(self.launcher, jobs)
+                    else:
+                        launched = self.launcher.launch(batch, initial_job_idx + segment[0])
+                    for i, ret in zip(segment, launched, strict=True):
                         returns[i] = ret
                 segment.clear()
 
         for i, (action, folder) in enumerate(plan):
             if action == "keep":
-                launch_segment()
+                if not self.largest_first:
+                    launch_segment()
                 returns[i] = kept_job(job_overrides[i], folder)
             else:
                 segment.append(i)
