@@ -62,7 +62,7 @@ class HeadScores(AttentionInspector):
     written twice (null: block_size / 2), ``draws`` of them, drawn from ``seed``.
     """
 
-    def __init__(self, every_n_steps: int | None = 50, images_every_n_steps: int | None = 500,
+    def __init__(self, every_n_steps: int | None = 50, images_every_n_steps: int | None = 250,
                  text: str | None = None, induction_length: int | None = None, draws: int = 4, seed: int = 0):
         super().__init__(every_n_steps)
         self.images_every_n_steps = validate_interval("HeadScores.images", images_every_n_steps)
