@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from tinylm.analysis.figures import head_grid
 from tinylm.analysis.heads import SCORES, attention_scores, induction_length
@@ -38,6 +39,21 @@ def scalar_tags(rows: list[dict]) -> dict[str, float]:
     return {f"probe_heads_layer{r['layer']}/{score}_head{r['head']}": r[score] for r in rows for score in SCORES}
 
 
+def add_scalars(writer, values: dict[str, float], step: int) -> None:
+    """``writer.add_scalar(tag, value, step)`` for each of ``values``, as one event: TensorBoard reads
+    each value of an event as its tag's point, and the file gets one record (and one checksum,
+    computed in pure Python without TensorFlow) for the lot instead of one per value."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from torch.utils.tensorboard import SummaryWriter
+
+    if not isinstance(writer, SummaryWriter):  # e.g. tensorboardX's, with its own protobufs
+        for tag, value in values.items():
+            writer.add_scalar(tag, value, step)
+        return
+    summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
+    writer._get_file_writer().add_summary(summary, step)  # what add_scalar does with its one-value Summary
+
+
 class HeadScores(AttentionInspector):
     """Head scores as scalars and images (see the module's docstring).
 
@@ -46,7 +62,7 @@ class HeadScores(AttentionInspector):
     written twice (null: block_size / 2), ``draws`` of them, drawn from ``seed``.
     """
 
-    def __init__(self, every_n_steps: int | None = 50, images_every_n_steps: int | None = 500,
+    def __init__(self, every_n_steps: int | None = 50, images_every_n_steps: int | None = 250,
                  text: str | None = None, induction_length: int | None = None, draws: int = 4, seed: int = 0):
         super().__init__(every_n_steps)
         self.images_every_n_steps = validate_interval("HeadScores.images", images_every_n_steps)
@@ -56,6 +72,7 @@ class HeadScores(AttentionInspector):
             raise TinyLMError(f"HeadScores.draws={draws!r} must be an integer >= 1")
         self.text, self.induction_length, self.draws, self.seed = text, induction_length, draws, seed
         self._ids: torch.Tensor | None = None
+        self._figures: dict = {}  # figures.head_grid's reused figures: the labels drawn once, the cells each time
         self.final: list[dict] = []
 
     def probe_ids(self, trainer, module) -> torch.Tensor:
@@ -86,14 +103,18 @@ class HeadScores(AttentionInspector):
         step = trainer.global_step
         self.final = [{**row, "step": step} for row in rows]
         for logger in trainer.loggers:
-            logger.log_metrics(scalar_tags(rows), step=step)
+            if isinstance(logger, TensorBoardLogger):
+                add_scalars(logger.experiment, scalar_tags(rows), step)
+            else:
+                logger.log_metrics(scalar_tags(rows), step=step)
         writer = tensorboard_writer(trainer)
         ending = trainer.global_step >= trainer.max_steps or trainer.should_stop
         due = self.images_every_n_steps and step % self.images_every_n_steps == 0
         if writer is not None and (due or ending):
             for score in SCORES:
                 top = math.log(len(ids)) if score == "entropy" else None  # one scale for every step
-                image = render_rgb(head_grid(rows, score, note=f"step {step}", vmax=top, numbers=False))
+                # no "step N" in the title: TensorBoard shows each image's step, and the text is drawn once
+                image = render_rgb(head_grid(rows, score, vmax=top, numbers=False, reuse=self._figures))
                 add_rgb_image(writer, f"maps/heads_{score}", image, step)
 
     def run_metrics(self) -> dict:

@@ -41,15 +41,21 @@ def _em(text: str, pt: float = LABEL_PT) -> float:
 
 def grid_figure(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], title: Sequence[str],
                 axis_titles: tuple[str, str], bar_label: str, vmin: float, vmax: float, cmap: str = "viridis",
-                cell_text: Sequence[Sequence[str]] | None = None) -> Figure:
+                cell_text: Sequence[Sequence[str]] | None = None, reuse: dict | None = None) -> Figure:
     """Cells ``values`` (R, C) coloured on [vmin, vmax] (NaN: grey), rows and columns labelled,
     ``cell_text`` (R x C strings) written in the cells, a colour bar under the grid.
-    ``axis_titles``: the columns' and the rows'."""
+    ``axis_titles``: the columns' and the rows'.
+
+    ``reuse``: a dict the caller keeps between calls (the training callback keeps one). A grid
+    without ``cell_text`` whose titles and labels were drawn before is that figure again with its
+    cells filled in: drawing it renders only the cells, not the text and the colour bar
+    (``tinylm.plots.rendering.ReusableFigure``), in about a tenth of the time. Draw the figure
+    before the next call: that call changes it."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    from tinylm.plots.rendering import cjk_style
+    from tinylm.plots.rendering import ReusableFigure, cjk_style
 
     R, C = values.shape
     texts = [t for line in (cell_text or []) for t in line]
@@ -64,15 +70,24 @@ def grid_figure(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], ti
     top = PAD + len(title) * LINE * TITLE_PT / LABEL_PT + 0.5
     bar_top = top + grid_h + TICK_PAD + col_h + LINE + 0.5
     height = max(bar_top + BAR + TICK_PAD + 2 * LINE + PAD, top + grid_h + 2 * LINE)
+    reusable = reuse is not None and cell_text is None
+    key = (R, C, tuple(rows), tuple(cols), tuple(title), axis_titles, bar_label, vmin, vmax, cmap)
+    if reusable and key in reuse:  # the same text: new cells, the rest as drawn
+        fig, image = reuse[key]
+        image.set_data(np.ma.masked_invalid(values))
+        return fig
     colours = colormaps[cmap].with_extremes(bad="0.85")
     with cjk_style():
-        fig = Figure(figsize=(width * EM, height * EM), dpi=DPI)
+        fig = (ReusableFigure if reusable else Figure)(figsize=(width * EM, height * EM), dpi=DPI)
         fig.suptitle("\n".join(title), y=1 - PAD / height, fontsize=TITLE_PT)
         ax = fig.add_axes((0, 0, 1, 1), xlim=(0, width), ylim=(height, 0))
         ax.set_axis_off()
-        ax.imshow(np.ma.masked_invalid(values), cmap=colours, vmin=vmin, vmax=vmax, aspect="auto",
-                  extent=(left, left + grid_w, top + grid_h, top), interpolation="nearest")
-        ax.add_patch(Rectangle((left, top), grid_w, grid_h, fill=False, linewidth=0.8))
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=colours, vmin=vmin, vmax=vmax, aspect="auto",
+                          extent=(left, left + grid_w, top + grid_h, top), interpolation="nearest")
+        outline = ax.add_patch(Rectangle((left, top), grid_w, grid_h, fill=False, linewidth=0.8))
+        if reusable:  # in matplotlib's drawing order: the image, then the outline over it
+            fig.changing = [image, outline]
+            reuse[key] = fig, image
         norm = (values - vmin) / (vmax - vmin or 1)
         for i in range(R):
             ax.text(left - TICK_PAD, top + (i + 0.5) * cell, rows[i], ha="right", va="center", fontsize=LABEL_PT)
@@ -113,9 +128,10 @@ def lens_figure(lens: dict, note: str = "") -> Figure:
                        cell_text=text)
 
 
-def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None = None, numbers: bool = True) -> Figure:
+def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None = None, numbers: bool = True,
+              reuse: dict | None = None) -> Figure:
     """A layer × head grid of ``score`` (a key of ``heads.json``'s rows), its value in each cell
-    (``numbers=False``: colours only, drawn in about half the time)."""
+    (``numbers=False``: colours only; then ``reuse`` (see ``grid_figure``) redraws only the cells)."""
     layers, heads = max(r["layer"] for r in rows) + 1, max(r["head"] for r in rows) + 1
     values = np.full((layers, heads), np.nan)
     for r in rows:
@@ -132,7 +148,7 @@ def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None =
     return grid_figure(values, [f"layer {i}" for i in range(layers)], [f"head {j}" for j in range(heads)],
                        [SCORE_TITLES.get(score, score), *([note] if note else [])], ("head", "layer"),
                        SCORE_TITLES.get(score, score).split(":")[0], vmin, vmax, cmap=cmap,
-                       cell_text=text if numbers else None)
+                       cell_text=text if numbers else None, reuse=reuse)
 
 
 def patching_figures(patch: dict, tokens: Sequence[str], answer: str, note: str = "") -> list[tuple[str, Figure]]:
