@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 generate = entry_point("generate.py")
 SEQ2SEQ = ["experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
            "model.encoder_layers=1", "model.decoder_layers=2", "trainer.max_steps=30", "trainer.val_check_interval=30",
-           "callbacks=minimal", "logger=none", "trainer.enable_progress_bar=false", "threads=1"]
+           "callbacks.translation_maps.source='三千零五'", "logger=none", "trainer.enable_progress_bar=false",
+           "threads=1"]
 
 
 def get(app, route: str, **params):
@@ -38,8 +39,8 @@ def test_a_translation_run_gives_its_translation_and_cross_attention(tmp_path, c
     app, _ = client(tmp_path / "runs")
     _, listed = get(app, "runs")
     run = listed["runs"][0]
-    assert (run["name"], run["kind"], run["task"], run["layers"], run["heads"]) == (
-        "numbers", "encoder-decoder", "translation", 2, 2)
+    assert (run["name"], run["kind"], run["task"], run["layers"], run["heads"], run["probe_text"]) == (
+        "numbers", "encoder-decoder", "translation", 2, 2, "三千零五")
     status, body = get(app, "translate", run="numbers", text="三千零五")
     assert status == 200 and body["source"] == list("三千零五") and body["target"][-1] == "end"
     weights = torch.tensor(body["cross_attention"])  # (L, h, target, source)

@@ -107,7 +107,7 @@ class TinyLMPlugin(base_plugin.TBPlugin):
                 continue
             with self._compute:
                 described = self.models.description(checkpoint)
-            listed.append({"name": run.name, **described, "probe_text": run.probe_text()})
+            listed.append({"name": run.name, **described, "probe_text": run.probe_text(described["task"])})
         return {"runs": listed}
 
     @json_route
