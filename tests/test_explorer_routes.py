@@ -69,7 +69,7 @@ def get(app, route: str, **params):
 
 def test_runs_lists_each_run_with_its_checkpoint_and_model(app, logdir):
     status, body = get(app, "runs")
-    assert status == 200
+    assert status == 200 and body["skipped"] == []
     runs = {run["name"]: run for run in body["runs"]}
     assert list(runs) == ["gpt", "lstm", "tb"]
     for name, run in runs.items():
@@ -198,6 +198,21 @@ def test_bad_inputs_get_one_line_of_json_and_never_a_500(app, route, params, sta
     assert (code, list(body)) == (status, ["error"]) and message in body["error"] and "\n" not in body["error"]
 
 
+def test_a_damaged_checkpoint_is_skipped_with_why_and_its_run_is_a_400(logdir, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(logdir / "gpt", runs / "gpt")
+    shutil.copytree(logdir / "gpt", runs / "broken")
+    checkpoint = checkpoint_in_run(runs / "broken").path
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])  # cut short, as while it is being written
+    fresh = client(runs)
+    status, body = get(fresh, "runs")
+    assert status == 200 and [run["name"] for run in body["runs"]] == ["gpt"]
+    (skipped,) = body["skipped"]
+    assert skipped["name"] == "broken" and "corrupted or truncated" in skipped["error"]
+    status, body = get(fresh, "predict", run="broken", text="自注")
+    assert status == 400 and "corrupted or truncated" in body["error"]
+
+
 def test_an_rnn_still_predicts(app):
     status, body = get(app, "predict", run="lstm", text="自注意力")
     assert status == 200 and len(body["top"]) == 4 and body["truncated"] is False
@@ -242,7 +257,7 @@ def test_a_logdir_without_tinylm_runs_leaves_the_plugin_off(tmp_path):
     wsgi, plugin = client(tmp_path)
     assert plugin.is_active() is False
     assert json.loads(wsgi.get("/data/plugins_listing").get_data(as_text=True))["tinylm"]["enabled"] is False
-    assert get((wsgi, plugin), "runs") == (200, {"runs": []})
+    assert get((wsgi, plugin), "runs") == (200, {"runs": [], "skipped": []})
 
 
 def test_no_route_writes_anything(app, logdir):

@@ -34,7 +34,7 @@ from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
 from tinylm.explorer import events, views
-from tinylm.explorer.http import ablate_of, answer, json_route, k_of, parameter, text_of
+from tinylm.explorer.http import ablate_of, answer, json_route, k_of, one_line, parameter, text_of
 from tinylm.explorer.models import Models
 from tinylm.explorer.runs import Runs
 
@@ -99,16 +99,21 @@ class TinyLMPlugin(base_plugin.TBPlugin):
 
     @json_route
     def serve_runs(self, request) -> dict:
-        listed = []
+        """The runs with a checkpoint; those whose checkpoint cannot be read in ``skipped``, with why."""
+        listed, skipped = [], []
         for run in self.runs.list():
             try:
                 checkpoint = run.checkpoint()
             except TinyLMError:  # no checkpoint (yet): not listed
                 continue
-            with self._compute:
-                described = self.models.description(checkpoint)
+            try:
+                with self._compute:
+                    described = self.models.description(checkpoint)
+            except TinyLMError as e:  # e.g. a file being written, or not a tinylm checkpoint
+                skipped.append({"name": run.name, "error": one_line(e)})
+                continue
             listed.append({"name": run.name, **described, "probe_text": run.probe_text(described["task"])})
-        return {"runs": listed}
+        return {"runs": listed, "skipped": skipped}
 
     @json_route
     def serve_attention(self, request) -> dict:
