@@ -21,6 +21,7 @@ from tinylm.checkpoint import checkpoint_in_run, load_model
 from tinylm.cli import quote_values
 from tinylm.explorer import views
 from tinylm.explorer.inprocess import client
+from tinylm.explorer.models import Models
 from tinylm.explorer.plugin import STATIC
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -229,6 +230,16 @@ def test_the_model_is_loaded_once_and_again_when_its_checkpoint_changes(logdir, 
     os.utime(checkpoint, ns=(checkpoint.stat().st_atime_ns, checkpoint.stat().st_mtime_ns + 10**9))
     assert get((fresh, plugin), "attention", run="gpt", text="自注")[0] == 200
     assert plugin.models.loads == 2
+
+
+def test_at_most_size_models_are_kept_the_least_recently_used_dropped(logdir):
+    first, second = (checkpoint_in_run(logdir / name).path for name in ("gpt", "tb"))
+    models = Models(size=1)
+    assert models.get(first) is models.get(first) and models.loads == 1
+    models.get(second)
+    models.get(first)  # dropped when the second came in: read again
+    assert models.loads == 3
+    assert models.description(second)["layers"] == 2 and models.loads == 3  # a description outlives its model
 
 
 def test_static_files_come_with_their_content_type_and_nothing_else_is_served(app):
