@@ -97,6 +97,8 @@ def test_a_real_tensorboard_serves_the_routes(tmp_path, gpt_run):
         status, predicted = fetch(f"{base}/plugin/tinylm/predict?run={name}&text={quote('自注意力')}&ablate=0.1")
         assert status == 200 and len(predicted["top"]) == 4 and predicted["ablated"] == ["0.1"]
         assert fetch(f"{base}/plugin/tinylm/predict?run=..%2Fx&text=a")[0] == 400
+        status, long = fetch(f"{base}/plugin/tinylm/predict?run={name}&text={quote('自' * 4097)}")  # a 37 kB URL
+        assert status == 400 and long["error"] == "text is 4097 characters long: send at most 4096"
         assert fetch(f"{base}/plugin/tinylm/training?run={name}") == (200, {"tokens": [], "steps": [], "attention": []})
     finally:
         proc.send_signal(signal.SIGINT)  # TensorBoard stops on Ctrl+C (it outlives a SIGTERM while serving)
