@@ -92,6 +92,14 @@ def test_attention_rows_sum_to_one_with_nothing_above_the_diagonal(app):
     assert torch.all(weights[..., ~below] == 0) and torch.all(weights[..., below] > 0)
 
 
+def test_a_head_switched_off_changes_the_attention_of_the_layers_after_it_only(app):
+    clean = torch.tensor(get(app, "attention", run="gpt", text=TEXT)[1]["attention"])
+    status, body = get(app, "attention", run="gpt", text=TEXT, ablate="0.1")
+    off = torch.tensor(body["attention"])
+    assert status == 200 and body["ablated"] == ["0.1"]
+    assert torch.equal(off[0], clean[0]) and (off[1] - clean[1]).abs().max() > 1e-4
+
+
 def test_a_long_text_is_cut_to_its_last_block(app):
     status, body = get(app, "attention", run="gpt", text=TEXT * 2)
     assert status == 200 and body["truncated"] is True and body["tokens"] == list((TEXT * 2)[-16:])

@@ -6,7 +6,7 @@ imports its other files by relative URL: every other path is a file of ``static/
 The routes (docs/inside.md; the contract with the frontend: /work/helpers/EXPLORER_API.md):
 
     runs                         the runs of the logdir that have a checkpoint
-    attention?run=R&text=T       every layer's and head's attention on the text
+    attention?run=R&text=T[&ablate=...]           every layer's and head's attention on the text
     predict?run=R&text=T[&ablate=1.0,1.3][&k=5]   the next tokens at each position, heads switched off
     lens?run=R&text=T[&ablate=...]                the logit lens
     translate?run=R&text=SOURCE  a translation run's greedy translation and cross-attention
@@ -117,7 +117,7 @@ class TinyLMPlugin(base_plugin.TBPlugin):
 
     @json_route
     def serve_attention(self, request) -> dict:
-        return self.computed(request, views.attention, text_of(request))
+        return self.computed(request, views.attention, text_of(request), ablate_of(request))
 
     @json_route
     def serve_predict(self, request) -> dict:
