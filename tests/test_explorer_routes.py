@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+from argparse import Namespace
 from importlib.metadata import entry_points
 from urllib.parse import quote
 
@@ -16,6 +17,7 @@ import pytest
 import torch
 from conftest import TINY_MODEL, TINY_TEXT, compose_config, entry_point, train_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins import base_plugin
 
 from tinylm.checkpoint import checkpoint_in_run, load_model
 from tinylm.cli import quote_values
@@ -263,9 +265,16 @@ def test_static_files_come_with_their_content_type_and_nothing_else_is_served(ap
 
 def test_the_entry_point_is_registered_and_tensorboard_lists_the_plugin(logdir):
     found = [ep for ep in entry_points(group="tensorboard_plugins") if ep.name == "tinylm"]
-    assert [ep.value for ep in found] == ["tinylm.explorer.plugin:TinyLMPlugin"]
+    assert [ep.value for ep in found] == ["tinylm.explorer.plugin:TinyLMLoader"]
     app, plugin = client(logdir)
-    assert found[0].load() is type(plugin)  # the class TensorBoard loads
+    loader = found[0].load()()  # what TensorBoard makes of the entry point
+    assert type(loader.load(base_plugin.TBContext(logdir=str(logdir)))) is type(plugin)
+    flags = Namespace(samples_per_plugin={"images": 3})
+    loader.fix_flags(flags)  # every step of the raw attention weights kept
+    assert flags.samples_per_plugin == {"images": 3, "tinylm": 0}
+    flags = Namespace(samples_per_plugin={"tinylm": 5})
+    loader.fix_flags(flags)  # the user's number stays
+    assert flags.samples_per_plugin == {"tinylm": 5}
     listing = json.loads(app.get("/data/plugins_listing").get_data(as_text=True))
     assert listing["tinylm"]["enabled"] is True
     assert listing["tinylm"]["loading_mechanism"] == {"type": "IFRAME", "module_path": "/data/plugin/tinylm/index.js"}

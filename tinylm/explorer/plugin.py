@@ -1,9 +1,9 @@
-"""``TinyLMPlugin``: the tinylm tab of TensorBoard, its JSON routes and its static files.
+"""``TinyLMPlugin``: the tinylm tab of TensorBoard, its JSON routes and its static files; ``TinyLMLoader``,
+what the ``tensorboard_plugins`` entry point names.
 
-TensorBoard loads it through the ``tensorboard_plugins`` entry point and mounts ``get_plugin_apps()``
-under ``/data/plugin/tinylm/``. The tab is the ES module ``static/index.js`` (``frontend_metadata``), which
-imports its other files by relative URL: every other path is a file of ``static/`` (the catch-all route).
-The routes (docs/inside.md; the contract with the frontend: /work/helpers/EXPLORER_API.md):
+TensorBoard loads it through the entry point and mounts ``get_plugin_apps()`` under ``/data/plugin/tinylm/``.
+The tab is the ES module ``static/index.js`` (``frontend_metadata``), which imports its other files by
+relative URL: every other path is a file of ``static/`` (the catch-all route). The routes (docs/inside.md):
 
     runs                         the runs of the logdir that have a checkpoint
     attention?run=R&text=T[&ablate=...]           every layer's and head's attention on the text
@@ -164,3 +164,17 @@ class TinyLMPlugin(base_plugin.TBPlugin):
         kind = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return http_util.Respond(request, path.read_bytes(), kind)
 
+
+
+class TinyLMLoader(base_plugin.TBLoader):
+    """The plugin, with TensorBoard told to keep every logged step of its tensors (the probe's raw attention
+    weights): by default it keeps a sample of 10 steps of a plugin's tensors. ``--samples_per_plugin=tinylm=N``
+    still sets another number."""
+
+    def fix_flags(self, flags) -> None:
+        samples = getattr(flags, "samples_per_plugin", None)
+        if isinstance(samples, dict):
+            samples.setdefault(TinyLMPlugin.plugin_name, 0)  # 0: all
+
+    def load(self, context: base_plugin.TBContext) -> TinyLMPlugin:
+        return TinyLMPlugin(context)
