@@ -76,8 +76,9 @@ def test_a_real_tensorboard_serves_the_routes(tmp_path, gpt_run, tiny_text_file)
     runs = tmp_path / "outputs" / "runs"
     shutil.copytree(gpt_run.path, runs / "gpt")
     train_in_process(runs / "tb", *TINY_MODEL, "data.repeat=30", "trainer.max_steps=12",
-                     "trainer.val_check_interval=12", "callbacks.attention_maps.weights_every_n_steps=1", "~callbacks.sample_text",
-                     "~callbacks.next_token_probes", "~callbacks.head_scores", "~callbacks.embedding_projector",
+                     "trainer.val_check_interval=12", "callbacks.attention_maps.weights_every_n_steps=1",
+                     "~callbacks.sample_text", "~callbacks.next_token_probes", "~callbacks.head_scores",
+                     "~callbacks.embedding_projector",
                      f"data.path={tiny_text_file}")
     port = free_port()
     tensorboard = Path(sys.executable).with_name("tensorboard")
