@@ -1,7 +1,7 @@
 """Latency of the tinylm TensorBoard plugin's routes, as JSON lines:
 
     .venv/bin/python bench/bench_explorer.py                     # the newest run under outputs/
-    .venv/bin/python bench/bench_explorer.py --run outputs/runs/<time> --repeats 30 --threads 1,2
+    .venv/bin/python bench/bench_explorer.py --run outputs/runs/<time> --repeats 30 --threads 2
     .venv/bin/python bench/bench_explorer.py --tensorboard      # also through a real `tensorboard` over HTTP
 
 The run's folder (without ``--run``: the newest run with checkpoints under outputs/, else a default
@@ -175,7 +175,8 @@ def main() -> None:
     parser.add_argument("--run", help="a run folder (default: the newest under outputs/)")
     parser.add_argument("--logdir", help="the logdir to serve (default: the run's parent folder)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per route and thread count (median)")
-    parser.add_argument("--threads", default="1,2", help="torch thread counts to take turns, e.g. 1,2")
+    parser.add_argument("--threads", default="1", help="torch thread counts to take turns, e.g. 1,2 (switching "
+                        "between them slows the calls after each switch: compare with one count alone)")
     parser.add_argument("--tensorboard", action="store_true", help="also through a real tensorboard over HTTP")
     args = parser.parse_args()
     run = run_folder(args.run)
