@@ -1,0 +1,180 @@
+"""``TinyLMPlugin``: the tinylm tab of TensorBoard, its JSON routes and its static files; ``TinyLMLoader``,
+what the ``tensorboard_plugins`` entry point names.
+
+TensorBoard loads it through the entry point and mounts ``get_plugin_apps()`` under ``/data/plugin/tinylm/``.
+The tab is the ES module ``static/index.js`` (``frontend_metadata``), which imports its other files by
+relative URL: every other path is a file of ``static/`` (the catch-all route). The routes (docs/inside.md):
+
+    runs                         the runs of the logdir that have a checkpoint
+    attention?run=R&text=T[&ablate=...]           every layer's and head's attention on the text
+    predict?run=R&text=T[&ablate=1.0,1.3][&k=5]   the next tokens at each position, heads switched off
+    lens?run=R&text=T[&ablate=...]                the logit lens
+    translate?run=R&text=SOURCE  a translation run's greedy translation and cross-attention
+    training?run=R               the probe's attention at each logged step
+    heads?run=R                  the head scores over steps
+
+The model routes run one at a time (a lock): a model is shared, and switching heads off hooks into it.
+They run on ``threads`` torch threads (1): the tab's models are small, and a second thread only waits for
+the first, badly on a busy machine (bench/bench_explorer.py: 25 ms against 440 ms for ``predict`` at load 14
+on 2 cores).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from tensorboard import plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tinylm.errors import TinyLMError
+from tinylm.explorer import events, views
+from tinylm.explorer.http import ablate_of, answer, json_route, k_of, one_line, parameter, text_of
+from tinylm.explorer.models import Models
+from tinylm.explorer.runs import Runs
+
+STATIC = Path(__file__).resolve().parent / "static"
+TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html",
+         ".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2"}
+
+
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op threads set to ``count`` for the block, then as they were."""
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            torch.set_num_threads(before)
+
+
+class TinyLMPlugin(base_plugin.TBPlugin):
+    plugin_name = "tinylm"
+    threads = 1  # torch threads of the model routes
+
+    def __init__(self, context: base_plugin.TBContext):
+        self.runs = Runs(context.logdir)
+        self.data = context.data_provider
+        self.models = Models()
+        self._compute = threading.Lock()
+
+    def is_active(self) -> bool:
+        return bool(self.runs.list(fresh=True))
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="tinylm", disable_reload=True)
+
+    def get_plugin_apps(self) -> dict:
+        return {
+            "/runs": self.serve_runs,
+            "/attention": self.serve_attention,
+            "/predict": self.serve_predict,
+            "/lens": self.serve_lens,
+            "/translate": self.serve_translate,
+            "/training": self.serve_training,
+            "/heads": self.serve_heads,
+            "/*": self.serve_static,
+        }
+
+    # ----------------------------------------------------------------------------------------
+    # The model routes
+
+    def loaded(self, request):
+        """The model of the run ``run`` names (its checkpoint as ``generate.py run_dir=`` picks it)."""
+        run = self.runs.find(parameter(request, "run"))
+        return self.models.get(run.checkpoint())
+
+    def computed(self, request, view, *args) -> dict:
+        loaded = self.loaded(request)
+        with self._compute, torch_threads(self.threads):
+            return view(loaded, *args)
+
+    @json_route
+    def serve_runs(self, request) -> dict:
+        """The runs with a checkpoint; those whose checkpoint cannot be read in ``skipped``, with why."""
+        listed, skipped = [], []
+        for run in self.runs.list():
+            try:
+                checkpoint = run.checkpoint()
+            except TinyLMError:  # no checkpoint (yet): not listed
+                continue
+            try:
+                with self._compute:
+                    described = self.models.description(checkpoint)
+            except TinyLMError as e:  # e.g. a file being written, or not a tinylm checkpoint
+                skipped.append({"name": run.name, "error": one_line(e)})
+                continue
+            listed.append({"name": run.name, **described, "probe_text": run.probe_text(described["task"])})
+        return {"runs": listed, "skipped": skipped}
+
+    @json_route
+    def serve_attention(self, request) -> dict:
+        return self.computed(request, views.attention, text_of(request), ablate_of(request))
+
+    @json_route
+    def serve_predict(self, request) -> dict:
+        return self.computed(request, views.predict, text_of(request), ablate_of(request), k_of(request))
+
+    @json_route
+    def serve_lens(self, request) -> dict:
+        return self.computed(request, views.lens, text_of(request), ablate_of(request))
+
+    @json_route
+    def serve_translate(self, request) -> dict:
+        return self.computed(request, views.translation, text_of(request))
+
+    # ----------------------------------------------------------------------------------------
+    # What training logged
+
+    def logged(self, request, read) -> dict:
+        run = self.runs.find(parameter(request, "run"))
+        if self.data is None:
+            raise TinyLMError("TensorBoard gave the plugin no data provider: start it with "
+                                    "`tensorboard --logdir DIR`")
+        environ = request.environ
+        return read(self.data, plugin_util.context(environ), plugin_util.experiment_id(environ), run)
+
+    @json_route
+    def serve_training(self, request) -> dict:
+        return self.logged(request, events.training)
+
+    @json_route
+    def serve_heads(self, request) -> dict:
+        return self.logged(request, events.heads)
+
+    # ----------------------------------------------------------------------------------------
+    # The tab's files
+
+    @wrappers.Request.application
+    def serve_static(self, request):
+        relative = request.path.split("/data/plugin/tinylm/", 1)[-1]
+        path = (STATIC / relative).resolve()
+        if not path.is_relative_to(STATIC) or not path.is_file():
+            return answer(request, {"error": f"no file {relative!r} in the tinylm tab: the routes are "
+                                             f"{', '.join(sorted(r for r in self.get_plugin_apps() if r != '/*'))}"},
+                          404)
+        kind = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        return http_util.Respond(request, path.read_bytes(), kind)
+
+
+
+class TinyLMLoader(base_plugin.TBLoader):
+    """The plugin, with TensorBoard told to keep every logged step of its tensors (the probe's raw attention
+    weights): by default it keeps a sample of 10 steps of a plugin's tensors. ``--samples_per_plugin=tinylm=N``
+    still sets another number."""
+
+    def fix_flags(self, flags) -> None:
+        samples = getattr(flags, "samples_per_plugin", None)
+        if isinstance(samples, dict):
+            samples.setdefault(TinyLMPlugin.plugin_name, 0)  # 0: all
+
+    def load(self, context: base_plugin.TBContext) -> TinyLMPlugin:
+        return TinyLMPlugin(context)
