@@ -9,7 +9,8 @@ import { colourBar, mapCanvas } from "./draw.js";
  * Clicking a map calls onPick(layer, head); `selected` ([layer, head]) is outlined, heads in `off`
  * ("layer.head" strings) are marked as switched off.
  */
-export function headGrid(attention, { selected = null, off = new Set(), onPick = null, causal = true, size = 0 } = {}) {
+export function headGrid(attention, { selected = null, off = new Set(), onPick = null, causal = true, size = 0,
+  axes = "rows: queries, columns: keys" } = {}) {
   const layers = attention.length;
   const heads = layers ? attention[0].length : 0;
   const side = size || Math.max(56, Math.min(110, Math.floor(460 / Math.max(heads, 1)) - 12));
@@ -34,7 +35,7 @@ export function headGrid(attention, { selected = null, off = new Set(), onPick =
       grid.append(cell);
     });
   });
-  return h("div", {}, grid, h("div", { class: "caption" }, colourBar("attention weight (rows: queries, columns: keys)")));
+  return h("div", {}, grid, h("div", { class: "caption" }, colourBar(`attention weight (${axes})`)));
 }
 
 const ROW = 22; // px per token in the lines view
@@ -42,9 +43,9 @@ const ROW = 22; // px per token in the lines view
 /**
  * One head as lines from each query token (left) to the keys it attends to (right), opacity and
  * width by weight. Hovering a query shows only its lines, with their weights written next to the keys;
- * clicking one keeps it. matrix[query][key]; with causal, a query has lines to itself and earlier keys only.
+ * clicking one keeps it (focus: the query shown first; onFocus(q) hears each change). matrix[query][key]; with causal, a query has lines to itself and earlier keys only.
  */
-export function linesView(queries, keys, matrix, { causal = true, title = "", focus = null } = {}) {
+export function linesView(queries, keys, matrix, { causal = true, title = "", focus = null, onFocus = null } = {}) {
   const width = 420;
   const top = 18; // the column names
   const height = top + Math.max(queries.length, keys.length) * ROW + 8;
@@ -64,6 +65,7 @@ export function linesView(queries, keys, matrix, { causal = true, title = "", fo
     dataset: { query: q } }));
 
   function draw(q) {
+    if (onFocus) onFocus(q);
     linesLayer.replaceChildren();
     labels.replaceChildren();
     queryText.forEach((t, i) => t.classList.toggle("active", i === q));
@@ -109,7 +111,7 @@ export function linesView(queries, keys, matrix, { causal = true, title = "", fo
  * One head as a labelled map: queries down, keys across; the cell under the mouse is named below it.
  */
 export function labelledMap(queries, keys, matrix, { causal = true, cell = 0 } = {}) {
-  const side = cell || Math.max(10, Math.min(22, Math.floor(380 / Math.max(keys.length, queries.length, 1))));
+  const side = cell || Math.max(10, Math.min(28, Math.floor(380 / Math.max(keys.length, queries.length, 1))));
   const canvas = mapCanvas(matrix, side * keys.length, side * queries.length, { causal });
   const readout = h("div", { class: "caption" }, "Point at a cell to read its weight.");
   canvas.addEventListener("mousemove", (e) => {

@@ -14,6 +14,7 @@ const ABOUT = {
 export function headsView(run) {
   const body = h("div", { class: "card-body" }, message("loading", "Loading the head scores…"));
   const root = h("div", { class: "view heads-view" }, body);
+  body.classList.add("view");
   get("heads", { run: run.name }, { fresh: true }).then((data) => show(body, data), (e) => put(body, message("error", e.message)));
   return root;
 }
@@ -47,7 +48,7 @@ function show(body, data) {
   }
 
   slider.addEventListener("input", () => { state.index = Number(slider.value); draw(); });
-  put(body, h("div", { class: "card" }, h("div", { class: "stepbar" }, h("span", { class: "muted" }, "table at"), slider, label),
+  put(body, h("div", { class: "card" }, h("div", { class: "stepbar" }, h("span", { class: "muted" }, "tables at"), slider, label),
     h("div", { class: "muted" }, "Lines: one per head, colour by head, lighter for later layers. Point at a head below to pick out its line."),
     legend), cards);
   draw();
@@ -67,7 +68,7 @@ function scoreCard(data, score, state) {
     values: values.map((atStep) => atStep[l][hd]), dim: state.hover !== null && state.hover !== `${l}.${hd}`,
   }));
   const chart = lineChart({ xs: data.steps, series, yLabel: title, yMax: score === "entropy" ? null : 1,
-    marker: data.steps[state.index], width: 380, height: 210 });
+    marker: data.steps[state.index], width: 360, height: 200 });
   const now = values[state.index];
   const top = score === "entropy" ? Math.max(...now.flat(), 1e-9) : 1;
   const table = h("table", { class: "grid headtable" }, h("tr", {}, h("th"),

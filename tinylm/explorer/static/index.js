@@ -15,6 +15,9 @@ const VIEWS = [
   { id: "translation", name: "Translation", build: translationView, fits: (run) => run.task === "translation" },
 ];
 
+/** The view a run opens on: its translation for a translation run, else your text. */
+const home = (run) => VIEWS.find((v) => v.id === (run.task === "translation" ? "translation" : "text"));
+
 export async function render() {
   document.head.append(h("link", { rel: "stylesheet", href: new URL("./styles.css", import.meta.url).href }));
   document.documentElement.lang = "en";
@@ -50,7 +53,7 @@ export async function render() {
 
   function show() {
     const run = state.run;
-    if (!state.view || !state.view.fits(run)) state.view = VIEWS.find((v) => v.fits(run));
+    if (!state.view || !state.view.fits(run)) state.view = home(run);
     put(info, `${run.kind}, ${run.layers} layer${run.layers === 1 ? "" : "s"} × ${run.heads} head${run.heads === 1 ? "" : "s"}, ` +
       `${run.checkpoint} (step ${run.step})`);
     put(tabs, VIEWS.map((view) => h("button", {
@@ -61,6 +64,11 @@ export async function render() {
     put(main, state.view.build(run, app));
   }
 
-  picker.addEventListener("change", () => { state.run = runs.find((r) => r.name === picker.value); show(); });
+  picker.addEventListener("change", () => {
+    const before = state.run;
+    state.run = runs.find((r) => r.name === picker.value);
+    if (state.run.task !== before.task) state.view = home(state.run); // a translation run opens on its translation
+    show();
+  });
   show();
 }

@@ -42,10 +42,13 @@ export function predictionTable(base, ablated = null) {
 export function changeSummary(base, ablated) {
   const changed = ablated.top.filter((col, pos) => col[0]?.token !== base.top[pos][0]?.token).length;
   return h("div", { class: "summary", dataset: { changed } },
-    `${ablated.ablated.length} head${ablated.ablated.length === 1 ? "" : "s"} off (${ablated.ablated.join(", ")}): `,
+    `${ablated.ablated.length} head${ablated.ablated.length === 1 ? "" : "s"} off (${ablated.ablated.map(headName).join("; ")}): `,
     h("strong", {}, `the top character changed at ${changed} of ${ablated.top.length} positions`),
     changed ? " (marked orange; hover a cell to see what it was)" : "");
 }
+
+/** "1.3" -> "layer 1 head 3". */
+const headName = (id) => id.replace(/^(\d+)\.(\d+)$/, "layer $1 head $2");
 
 /**
  * The layer x head grid of switches: clicking a head switches it off (or on again); `off` holds
@@ -68,7 +71,7 @@ export function switchboard(layers, heads, off, onToggle, onReset) {
   }
   const offList = [...off].sort();
   return h("div", { class: "switchboard" }, grid,
-    h("div", { class: "caption" }, offList.length ? `off: ${offList.join(", ")} ` : "every head is on ",
+    h("div", { class: "caption" }, offList.length ? `off: ${offList.map(headName).join("; ")} ` : "every head is on ",
       offList.length ? h("button", { class: "link", onclick: onReset }, "switch all on") : null));
 }
 

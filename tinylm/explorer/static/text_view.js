@@ -12,7 +12,7 @@ const FALLBACK_TEXT = "自注意力可以让序列中的每个位置看到前面
 
 /** The view for one run; `app.firstMap()` is called once the first attention map is on the page. */
 export function textView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.probe_text ?? FALLBACK_TEXT, selected: [0, 0], off: new Set(), gen: 0, pgen: 0 };
+  const state = { text: app.texts.get(run.name) ?? run.probe_text ?? FALLBACK_TEXT, selected: [0, 0], off: new Set(), query: null, gen: 0, pgen: 0 };
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
     "aria-label": "your text", placeholder: "Type any text" });
   input.value = state.text;
@@ -46,7 +46,9 @@ export function textView(run, app) {
     put(attentionBox, headGrid(attention.attention, { selected: state.selected, off: state.off,
       onPick: (l, hd) => { state.selected = [l, hd]; drawAttention(); } }));
     root.querySelector(".lines-title").textContent = `Layer ${layer}, head ${head}`;
-    put(linesBox, linesView(attention.tokens, attention.tokens, attention.attention[layer][head]));
+    const focus = state.query !== null && state.query < attention.tokens.length ? state.query : null;
+    put(linesBox, linesView(attention.tokens, attention.tokens, attention.attention[layer][head],
+      { focus, onFocus: (q) => { state.query = q; } }));
     app.firstMap();
   }
 

@@ -26,7 +26,7 @@ export function translationView(run, app) {
   function draw() {
     const a = state.answer;
     const [layer, head] = state.selected;
-    put(grid, headGrid(a.cross_attention, { causal: false, selected: state.selected,
+    put(grid, headGrid(a.cross_attention, { causal: false, axes: "rows: target, columns: source", selected: state.selected,
       onPick: (l, hd) => { state.selected = [l, hd]; draw(); } }));
     largeTitle.textContent = `Layer ${layer}, head ${head}: target → source`;
     const matrix = a.cross_attention[layer][head];
