@@ -11,7 +11,7 @@ the runs exist; needs Chromium and CJK fonts: ``apt-get install chromium fonts-n
     python train.py hydra.run.dir=/tmp/shots/default
     python bench/tensorboard_screenshots.py /tmp/shots/default --out docs/screenshots --prefix default
     python train.py -m hydra.sweep.dir=/tmp/shots/sweep model.n_embd=32,64 model.num_heads=2,4 trainer.max_steps=300
-    python bench/tensorboard_screenshots.py /tmp/shots/sweep --out docs/screenshots --prefix sweep \
+    python bench/tensorboard_screenshots.py /tmp/shots/sweep --out docs/screenshots --prefix sweep \\
         --tabs timeseries,images,text,hparams,projector
     python train.py experiment=numbers_zh hydra.run.dir=/tmp/shots/numbers trainer.max_steps=300
     python bench/tensorboard_screenshots.py /tmp/shots/numbers --out docs/screenshots --prefix numbers --tabs tinylm
