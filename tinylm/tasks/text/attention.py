@@ -1,8 +1,10 @@
-"""``AttentionMaps``: per-layer attention heatmaps of a fixed probe text, in the Images tab; ``AttentionInspector``,
-the base of the attention views of every task; ``add_rgb_image``, how they log a figure."""
+"""``AttentionMaps``: per-layer attention heatmaps of a fixed probe text, in the Images tab, and their raw
+weights for the tinylm TensorBoard plugin; ``AttentionInspector``, the base of the attention views of every
+task; ``add_rgb_image``, how they log a figure."""
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -55,6 +57,26 @@ def add_rgb_image(writer, tag: str, rgb: np.ndarray, step: int) -> None:
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
 
+WEIGHTS_TAG = "tinylm/probe_attention"  # the raw weights' tag; plugin name "tinylm" (tinylm.explorer reads it)
+
+
+def weights_summary(weights: list[torch.Tensor], tokens: list[str]):
+    """A tensor summary of the probe's attention weights, per layer (h, T, T): one float16 tensor
+    (L, h, T, T) under ``WEIGHTS_TAG``, the probe's tokens (each token's own text) as JSON in its
+    metadata; a ``data_class`` of tensor, so that TensorBoard's data server keeps it."""
+    from tensorboard.compat.proto.summary_pb2 import DATA_CLASS_TENSOR, Summary, SummaryMetadata
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+    from tensorboard.compat.proto.types_pb2 import DT_HALF
+
+    array = torch.stack(weights).numpy().astype("<f2")  # (L, h, T, T)
+    tensor = TensorProto(dtype=DT_HALF, tensor_content=array.tobytes(),
+                         tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=n) for n in array.shape]))
+    plugin = SummaryMetadata.PluginData(plugin_name="tinylm", content=json.dumps({"tokens": tokens}).encode())
+    metadata = SummaryMetadata(plugin_data=plugin, data_class=DATA_CLASS_TENSOR)
+    return Summary(value=[Summary.Value(tag=WEIGHTS_TAG, metadata=metadata, tensor=tensor)])
+
+
 def require_attention(loaded) -> None:
     """One TinyLMError for a checkpoint (``tinylm.checkpoint.LoadedModel``) whose model has no attention to draw."""
     if not loaded.model.has_attention:
@@ -92,15 +114,25 @@ class AttentionMaps(AttentionInspector):
     training text's first line, and without such a line the maps are off for the run: decided once,
     when training starts, in one warning saying what to set. The causal mask for the probe's length
     is logged once, as ``maps/causal_mask``, when training starts.
+
+    With each set of images, the raw weights go into the event file as one small tensor summary,
+    ``tinylm/probe_attention`` (``weights_summary``: float16, (layers, heads, T, T), 32 KiB for the
+    default model's full block), for the tinylm plugin's Training view. ``weights_max_kib`` caps their
+    total per run: past it, the weights are no longer logged (said once); the images go on.
     """
 
-    def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列"):
+    def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列", weights_max_kib: int = 512):
         super().__init__(every_n_steps)
         if not isinstance(text, str):
             raise TinyLMError(f"AttentionMaps.text={text!r} must be a string")
+        if type(weights_max_kib) is not int or weights_max_kib < 0:
+            raise TinyLMError(f"AttentionMaps.weights_max_kib={weights_max_kib!r} must be an integer >= 0 (KiB of raw "
+                              "attention weights logged per run; 0: none)")
         self.text = text
+        self.weights_left = weights_max_kib * 1024 or -1  # bytes of raw weights still allowed this run (-1: none)
         self._ids: list[int] | None = None  # [] once decided that there is no probe this run
         self._labels: list[str] = []
+        self._pieces: list[str] = []  # each probe token's own text, for the raw weights' summary
         self._figures: dict = {}  # plotting.attention_figure's reused figures: drawn once, refilled
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
@@ -133,6 +165,7 @@ class AttentionMaps(AttentionInspector):
             tokenizer = tokenizer_from_state(module.tokenizer_state)
             self._ids = self.probe_ids(trainer, tokenizer, module.model.config.block_size)
             self._labels = plotting.token_labels(tokenizer, self._ids)
+            self._pieces = [tokenizer.decode_piece([i]) for i in self._ids]
 
     def _probe_writer(self, trainer, module):
         """TensorBoard's writer, the probe decided; None without a writer or without a probe to draw."""
@@ -162,7 +195,24 @@ class AttentionMaps(AttentionInspector):
             return
         step = trainer.global_step
         ids = torch.tensor(self._ids, device=module.device)  # (T,)
-        for layer, weights in enumerate(plotting.attention_weights(module.model, ids)):
+        maps = plotting.attention_weights(module.model, ids)  # per layer (h, T, T)
+        for layer, weights in enumerate(maps):
             figure = plotting.attention_figure(weights, self._labels, layer, note=f"step {step}",
                                                reuse=self._figures)
             add_rgb_image(writer, f"maps/attention_layer{layer}", plotting.render_rgb(figure), step)
+        self.log_weights(writer, maps, step)
+
+    def log_weights(self, writer, maps: list[torch.Tensor], step: int) -> None:
+        """The raw weights as ``weights_summary``, while the run's cap allows (past it: said once)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        size = sum(w.numel() for w in maps) * 2  # float16
+        if not isinstance(writer, SummaryWriter) or self.weights_left < 0:
+            return
+        if size > self.weights_left:
+            log.warning("AttentionMaps: the raw attention weights reached AttentionMaps.weights_max_kib; not logged "
+                        "from step %d on (the images go on)", step)
+            self.weights_left = -1
+            return
+        self.weights_left -= size
+        writer._get_file_writer().add_summary(weights_summary(maps, self._pieces), step)

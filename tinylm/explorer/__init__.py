@@ -1,0 +1,13 @@
+"""The ``tinylm`` TensorBoard plugin: a tab that looks inside the runs of the logdir (issue 27).
+
+TensorBoard finds it through the ``tensorboard_plugins`` entry point (pyproject.toml). The backend
+serves JSON under ``/data/plugin/tinylm/`` (docs/inside.md lists the routes); the tab itself is the
+plain ES module and its files in ``static/``, served as they are.
+
+- ``plugin``: the ``TBPlugin``, its routes and the static files;
+- ``http``: request parameters checked, answers and errors as JSON;
+- ``runs``: which folders of the logdir are tinylm runs, and what each holds;
+- ``models``: each run's model loaded once and kept (bounded, reloaded when its checkpoint changes);
+- ``views``: the numbers of one text through a model (attention, predictions, logit lens, translation);
+- ``events``: what training logged (the probe's attention weights, the head scores), read back.
+"""

@@ -1,0 +1,82 @@
+"""What training logged about a run, read back through TensorBoard's data provider (the data TensorBoard
+itself loaded from the run's event files; with ``--load_fast`` its Rust data server):
+
+- the probe's raw attention weights the ``AttentionMaps`` callback logs next to its images
+  (``tinylm.tasks.text.attention.WEIGHTS_TAG``, plugin "tinylm", float16 (layers, heads, T, T), the probe's
+  tokens as JSON in the summary's metadata): ``training``;
+- the ``HeadScores`` callback's scalars, ``probe_heads_layer<L>/<score>_head<H>``: ``heads``.
+
+TensorBoard keeps a sample of each time series: by default 10 steps of a plugin's tensors and 1,000 of
+scalars (``tensorboard --samples_per_plugin=tinylm=0`` keeps every step of the weights).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from tensorboard.data import provider
+
+from tinylm.analysis.heads import SCORES
+from tinylm.explorer.runs import RunFolder
+from tinylm.tasks.text.attention import WEIGHTS_TAG
+
+PLUGIN = "tinylm"
+ALL_STEPS = 100_000  # what the reads ask for: every step TensorBoard kept
+HEAD_TAG = re.compile(r"probe_heads_layer(\d+)/(" + "|".join(SCORES) + r")_head(\d+)")
+
+
+def event_runs(data, ctx, experiment: str, run: RunFolder) -> list[str]:
+    """TensorBoard's runs that hold ``run``'s events (its ``tensorboard/`` folder, a sweep job's below it)."""
+    prefix = run.events_prefix
+    names = [r.run_name for r in data.list_runs(ctx, experiment_id=experiment)]
+    return sorted(name for name in names if name == prefix or name.startswith(prefix + "/"))
+
+
+def training(data, ctx, experiment: str, run: RunFolder) -> dict:
+    """``{"tokens", "steps", "attention": [step][layer][head][query][key]}`` of the logged probe weights."""
+    runs = event_runs(data, ctx, experiment, run)
+    if not runs:
+        return {"tokens": [], "steps": [], "attention": []}
+    wanted = provider.RunTagFilter(runs=runs, tags=[WEIGHTS_TAG])
+    listed = data.list_tensors(ctx, experiment_id=experiment, plugin_name=PLUGIN, run_tag_filter=wanted)
+    read = data.read_tensors(ctx, experiment_id=experiment, plugin_name=PLUGIN, downsample=ALL_STEPS,
+                             run_tag_filter=wanted)
+    tokens: list[str] = []
+    by_step = {}
+    for name in runs:  # a later event folder wins a step logged twice (a resumed run's)
+        series = listed.get(name, {}).get(WEIGHTS_TAG)
+        if series is None:
+            continue
+        tokens = json.loads(series.plugin_content.decode("utf-8") or "{}").get("tokens", tokens)
+        for datum in read.get(name, {}).get(WEIGHTS_TAG, []):
+            by_step[datum.step] = datum.numpy
+    steps = sorted(by_step)
+    attention = [by_step[step].astype("float64").round(4).tolist() for step in steps]
+    return {"tokens": tokens, "steps": steps, "attention": attention}
+
+
+def heads(data, ctx, experiment: str, run: RunFolder) -> dict:
+    """The head scores over steps: ``values[score][step][layer][head]`` (null where a step lacks one)."""
+    runs = event_runs(data, ctx, experiment, run)
+    found: dict[tuple[str, int, int], dict[int, float]] = {}  # (score, layer, head) -> step -> value
+    if runs:
+        listed = data.list_scalars(ctx, experiment_id=experiment, plugin_name="scalars",
+                                   run_tag_filter=provider.RunTagFilter(runs=runs))
+        tags = sorted({tag for name in runs for tag in listed.get(name, {}) if HEAD_TAG.fullmatch(tag)})
+        if tags:
+            read = data.read_scalars(ctx, experiment_id=experiment, plugin_name="scalars", downsample=ALL_STEPS,
+                                     run_tag_filter=provider.RunTagFilter(runs=runs, tags=tags))
+            for name in runs:
+                for tag, points in read.get(name, {}).items():
+                    layer, score, head = HEAD_TAG.fullmatch(tag).groups()
+                    found.setdefault((score, int(layer), int(head)), {}).update(
+                        (point.step, round(point.value, 6) if math.isfinite(point.value) else None)
+                        for point in points)
+    steps = sorted({step for values in found.values() for step in values})
+    layers = 1 + max((layer for _, layer, _ in found), default=-1)
+    count = 1 + max((head for _, _, head in found), default=-1)
+    values = {score: [[[found.get((score, layer, head), {}).get(step) for head in range(count)]
+                       for layer in range(layers)] for step in steps] for score in SCORES}
+    return {"scores": list(SCORES), "layers": layers, "heads": count, "steps": steps, "values": values}

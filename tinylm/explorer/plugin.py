@@ -1,0 +1,142 @@
+"""``TinyLMPlugin``: the tinylm tab of TensorBoard, its JSON routes and its static files.
+
+TensorBoard loads it through the ``tensorboard_plugins`` entry point and mounts ``get_plugin_apps()``
+under ``/data/plugin/tinylm/``. The tab is the ES module ``static/index.js`` (``frontend_metadata``), which
+imports its other files by relative URL: every other path is a file of ``static/`` (the catch-all route).
+The routes (docs/inside.md; the contract with the frontend: /work/helpers/EXPLORER_API.md):
+
+    runs                         the runs of the logdir that have a checkpoint
+    attention?run=R&text=T       every layer's and head's attention on the text
+    predict?run=R&text=T[&ablate=1.0,1.3][&k=5]   the next tokens at each position, heads switched off
+    lens?run=R&text=T[&ablate=...]                the logit lens
+    translate?run=R&text=SOURCE  a translation run's greedy translation and cross-attention
+    training?run=R               the probe's attention at each logged step
+    heads?run=R                  the head scores over steps
+
+The model routes run one at a time (a lock): a model is shared, and switching heads off hooks into it.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import threading
+from pathlib import Path
+
+from tensorboard import plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tinylm.errors import TinyLMError
+from tinylm.explorer import events, views
+from tinylm.explorer.http import ablate_of, answer, json_route, k_of, parameter, text_of
+from tinylm.explorer.models import Models
+from tinylm.explorer.runs import Runs
+
+STATIC = Path(__file__).resolve().parent / "static"
+TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html",
+         ".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2"}
+
+
+class TinyLMPlugin(base_plugin.TBPlugin):
+    plugin_name = "tinylm"
+
+    def __init__(self, context: base_plugin.TBContext):
+        self.runs = Runs(context.logdir)
+        self.data = context.data_provider
+        self.models = Models()
+        self._compute = threading.Lock()
+
+    def is_active(self) -> bool:
+        return bool(self.runs.list(fresh=True))
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="tinylm", disable_reload=True)
+
+    def get_plugin_apps(self) -> dict:
+        return {
+            "/runs": self.serve_runs,
+            "/attention": self.serve_attention,
+            "/predict": self.serve_predict,
+            "/lens": self.serve_lens,
+            "/translate": self.serve_translate,
+            "/training": self.serve_training,
+            "/heads": self.serve_heads,
+            "/*": self.serve_static,
+        }
+
+    # ----------------------------------------------------------------------------------------
+    # The model routes
+
+    def loaded(self, request):
+        """The model of the run ``run`` names (its checkpoint as ``generate.py run_dir=`` picks it)."""
+        run = self.runs.find(parameter(request, "run"))
+        return self.models.get(run.checkpoint())
+
+    def computed(self, request, view, *args) -> dict:
+        loaded = self.loaded(request)
+        with self._compute:
+            return view(loaded, *args)
+
+    @json_route
+    def serve_runs(self, request) -> dict:
+        listed = []
+        for run in self.runs.list():
+            try:
+                checkpoint = run.checkpoint()
+            except TinyLMError:  # no checkpoint (yet): not listed
+                continue
+            with self._compute:
+                described = self.models.description(checkpoint)
+            listed.append({"name": run.name, **described, "probe_text": run.probe_text()})
+        return {"runs": listed}
+
+    @json_route
+    def serve_attention(self, request) -> dict:
+        return self.computed(request, views.attention, text_of(request))
+
+    @json_route
+    def serve_predict(self, request) -> dict:
+        return self.computed(request, views.predict, text_of(request), ablate_of(request), k_of(request))
+
+    @json_route
+    def serve_lens(self, request) -> dict:
+        return self.computed(request, views.lens, text_of(request), ablate_of(request))
+
+    @json_route
+    def serve_translate(self, request) -> dict:
+        return self.computed(request, views.translation, text_of(request))
+
+    # ----------------------------------------------------------------------------------------
+    # What training logged
+
+    def logged(self, request, read) -> dict:
+        run = self.runs.find(parameter(request, "run"))
+        if self.data is None:
+            raise TinyLMError("TensorBoard gave the plugin no data provider: start it with "
+                                    "`tensorboard --logdir DIR`")
+        environ = request.environ
+        return read(self.data, plugin_util.context(environ), plugin_util.experiment_id(environ), run)
+
+    @json_route
+    def serve_training(self, request) -> dict:
+        return self.logged(request, events.training)
+
+    @json_route
+    def serve_heads(self, request) -> dict:
+        return self.logged(request, events.heads)
+
+    # ----------------------------------------------------------------------------------------
+    # The tab's files
+
+    @wrappers.Request.application
+    def serve_static(self, request):
+        relative = request.path.split("/data/plugin/tinylm/", 1)[-1]
+        path = (STATIC / relative).resolve()
+        if not path.is_relative_to(STATIC) or not path.is_file():
+            return answer(request, {"error": f"no file {relative!r} in the tinylm tab: the routes are "
+                                             f"{', '.join(sorted(r for r in self.get_plugin_apps() if r != '/*'))}"},
+                          404)
+        kind = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        return http_util.Respond(request, path.read_bytes(), kind)
+
