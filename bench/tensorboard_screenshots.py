@@ -387,6 +387,17 @@ def shoot(args: argparse.Namespace, tabs: list[str]) -> list[dict]:
     return results
 
 
+def wait_until_quiet(browser: Chromium, page: str, timeout: float) -> int:
+    """How much the tinylm tab shows, once no request has been in flight for 0.5 s (each poll reads the
+    browser's events, those of the requests among them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = tinylm_tab.tab(browser, page, f"doc ? {tinylm_tab.CONTENT} : 0")
+        if (not browser.requests and time.monotonic() - browser.last_request >= 0.5) or time.monotonic() > deadline:
+            return count
+        time.sleep(0.2)
+
+
 def shoot_tinylm(browser: Chromium, server: TensorBoard, args: argparse.Namespace, has_data: bool) -> list[dict]:
     """The tinylm tab's views, one screenshot each (see the module's docstring)."""
     runs = server.get("/data/plugin/tinylm/runs")["runs"] if has_data else []
@@ -403,9 +414,7 @@ def shoot_tinylm(browser: Chromium, server: TensorBoard, args: argparse.Namespac
                     show(browser, page)
                 except tinylm_tab.TabError as e:
                     problem = str(e)
-            while browser.requests or time.monotonic() - browser.last_request < 0.5:  # its requests answered
-                time.sleep(0.1)
-            count = tinylm_tab.tab(browser, page, "doc ? " + tinylm_tab.CONTENT + " : 0")
+            count = wait_until_quiet(browser, page, args.timeout)
             png = browser.screenshot(page)
             file = args.out / f"{args.prefix}-tinylm-{view}.png"
             width, height = save_png(png, file, args.max_kb)

@@ -35,10 +35,10 @@ def tab(browser, page: str, expression: str):
 
 
 def wait_for(browser, page: str, expression: str, what: str, timeout: float = 30):
-    """Poll ``expression`` until it is truthy; return its value."""
+    """Poll ``expression`` until it is truthy; return its value (true for an element)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = tab(browser, page, f"doc ? ({expression}) : null")
+        value = tab(browser, page, f"doc ? (v => v && v.nodeType ? true : v)({expression}) : null")  # an element: found
         if value:
             return value
         if time.monotonic() > deadline:

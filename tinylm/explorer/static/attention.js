@@ -13,7 +13,8 @@ export function headGrid(attention, { selected = null, off = new Set(), onPick =
   axes = "rows: queries, columns: keys" } = {}) {
   const layers = attention.length;
   const heads = layers ? attention[0].length : 0;
-  const side = size || Math.max(56, Math.min(110, Math.floor(460 / Math.max(heads, 1)) - 12));
+  const side = size || Math.max(48, Math.min(110, Math.floor(420 / Math.max(heads, 1)) - 12,
+    Math.floor(440 / Math.max(layers, 1)) - 24)); // a 4 x 4 grid fits beside one head at 1280 x 800
   const rows = attention[0]?.[0]?.length || 1;
   const cols = attention[0]?.[0]?.[0]?.length || 1;
   const [w, hgt] = cols >= rows ? [side, Math.max(16, Math.round((side * rows) / cols))] : [Math.round((side * cols) / rows), side];

@@ -85,10 +85,16 @@ export function lineChart({ xs, series, width = 360, height = 200, yLabel = "", 
     s("text", { x: 10, y: pad.top + hgt / 2, class: "axis", "text-anchor": "middle",
       transform: `rotate(-90 10 ${pad.top + hgt / 2})` }, yLabel));
   if (marker !== null) svg.append(s("line", { x1: X(marker), x2: X(marker), y1: pad.top, y2: pad.top + hgt, class: "marker" }));
-  for (const one of series) {
-    const points = xs.map((x, i) => `${X(x).toFixed(1)},${Y(one.values[i]).toFixed(1)}`).join(" ");
-    svg.append(s("polyline", { points, stroke: one.colour, class: one.dim ? "series dim" : "series" },
-      s("title", {}, one.label)));
+  for (const one of series) { // a step without a value (null) breaks the line
+    const runs = [[]];
+    xs.forEach((x, i) => {
+      if (Number.isFinite(one.values[i])) runs[runs.length - 1].push(`${X(x).toFixed(1)},${Y(one.values[i]).toFixed(1)}`);
+      else if (runs[runs.length - 1].length) runs.push([]);
+    });
+    for (const points of runs.filter((r) => r.length)) {
+      svg.append(s("polyline", { points: points.join(" "), stroke: one.colour, class: one.dim ? "series dim" : "series" },
+        s("title", {}, one.label)));
+    }
   }
   return svg;
 }

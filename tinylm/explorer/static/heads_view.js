@@ -70,11 +70,12 @@ function scoreCard(data, score, state) {
   const chart = lineChart({ xs: data.steps, series, yLabel: title, yMax: score === "entropy" ? null : 1,
     marker: data.steps[state.index], width: 360, height: 200 });
   const now = values[state.index];
-  const top = score === "entropy" ? Math.max(...now.flat(), 1e-9) : 1;
+  const top = score === "entropy" ? Math.max(...now.flat().filter(Number.isFinite), 1e-9) : 1;
   const table = h("table", { class: "grid headtable" }, h("tr", {}, h("th"),
     Array.from({ length: data.heads }, (_, hd) => h("th", {}, `head ${hd}`))));
   now.forEach((row, l) => {
     table.append(h("tr", {}, h("th", { class: "rowlabel" }, `layer ${l}`), row.map((v, hd) => {
+      if (!Number.isFinite(v)) return h("td", { dataset: { head: `${l}.${hd}` }, title: "not logged at this step" }, "–");
       const cell = h("td", { dataset: { head: `${l}.${hd}`, value: v } }, v.toFixed(2));
       const { background, color } = probColours(v / top);
       cell.style.background = background;

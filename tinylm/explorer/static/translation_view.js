@@ -25,6 +25,11 @@ export function translationView(run, app) {
 
   function draw() {
     const a = state.answer;
+    if (!a.cross_attention) { // a decoder-only model trained on pairs: no cross-attention
+      put(grid, message("note", "This model has no cross-attention: it reads the source and writes the target in one " +
+        "sequence. Its self-attention is in the Your text view of a text run."));
+      return put(large);
+    }
     const [layer, head] = state.selected;
     put(grid, headGrid(a.cross_attention, { causal: false, axes: "rows: target, columns: source", selected: state.selected,
       onPick: (l, hd) => { state.selected = [l, hd]; draw(); } }));
