@@ -95,7 +95,7 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     tags = [tag for kind in ("scalars", "images", "tensors") for tag in acc.Tags()[kind]]
     groups = sorted({tag.split("/")[0] for tag in tags})
     assert groups == ["loss", "lr-AdamW", "maps", "probe", "probe_heads_layer0", "probe_heads_layer1", "samples",
-                      "summary"]
+                      "summary", "tinylm"]  # tinylm/probe_attention: the tinylm tab's raw weights, no Time Series card
     assert sorted(t for t in tags if t.startswith("loss/")) == ["loss/train", "loss/val", "loss/val_bpc"]
     # the HParams tab's session, written after training: it must reach the disk before the process ends
     hparams = event_multiplexer.EventMultiplexer()

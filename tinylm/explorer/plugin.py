@@ -14,14 +14,19 @@ The routes (docs/inside.md; the contract with the frontend: /work/helpers/EXPLOR
     heads?run=R                  the head scores over steps
 
 The model routes run one at a time (a lock): a model is shared, and switching heads off hooks into it.
+They run on ``threads`` torch threads (1): the tab's models are small, and a second thread only waits for
+the first, badly on a busy machine (bench/bench_explorer.py: 25 ms against 440 ms for ``predict`` at load 14
+on 2 cores).
 """
 
 from __future__ import annotations
 
 import mimetypes
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 from tensorboard import plugin_util
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
@@ -38,8 +43,22 @@ TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css"
          ".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2"}
 
 
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op threads set to ``count`` for the block, then as they were."""
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            torch.set_num_threads(before)
+
+
 class TinyLMPlugin(base_plugin.TBPlugin):
     plugin_name = "tinylm"
+    threads = 1  # torch threads of the model routes
 
     def __init__(self, context: base_plugin.TBContext):
         self.runs = Runs(context.logdir)
@@ -75,7 +94,7 @@ class TinyLMPlugin(base_plugin.TBPlugin):
 
     def computed(self, request, view, *args) -> dict:
         loaded = self.loaded(request)
-        with self._compute:
+        with self._compute, torch_threads(self.threads):
             return view(loaded, *args)
 
     @json_route

@@ -10,6 +10,7 @@ in the listing, so no path it sends is ever opened.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -50,12 +51,21 @@ class RunFolder:
 
     def probe_text(self) -> str | None:
         """The attention callback's probe text, from Hydra's record of the run (None without one)."""
+        record = self.path / HYDRA_DIR / "config.yaml"
         try:
-            config = read_record(self.path / HYDRA_DIR / "config.yaml")
-            text = config["callbacks"]["attention_maps"]["text"]
-        except (ValueError, TypeError, KeyError):
+            return probe_in_record(record, record.stat().st_mtime_ns)
+        except OSError:
             return None
-        return text if isinstance(text, str) else None
+
+
+@functools.lru_cache(maxsize=256)
+def probe_in_record(record: Path, modified: int) -> str | None:
+    """``callbacks.attention_maps.text`` of a run's config.yaml (parsed once per version of the file)."""
+    try:
+        text = read_record(record)["callbacks"]["attention_maps"]["text"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return text if isinstance(text, str) else None
 
 
 def is_run_folder(path: Path) -> bool:

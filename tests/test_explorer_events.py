@@ -1,0 +1,79 @@
+"""The raw attention weights AttentionMaps logs for the tinylm tab: their summary, their cap per run, and
+a run's weights unchanged by them."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_MODEL, train_in_process
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
+from torch.utils.tensorboard import SummaryWriter
+
+from tinylm.errors import TinyLMError
+from tinylm.tasks.text.attention import WEIGHTS_TAG, AttentionMaps
+
+
+def maps(step: int) -> list[torch.Tensor]:
+    """Two layers of 2 heads' causal attention over 4 tokens (h, T, T), different at each step."""
+    torch.manual_seed(step)
+    scores = torch.randn(2, 2, 4, 4).masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), float("-inf"))
+    return list(scores.softmax(-1))
+
+
+def test_the_weights_are_a_float16_tensor_with_the_tokens_and_stop_at_the_cap(tmp_path, caplog):
+    callback = AttentionMaps(weights_max_kib=1)  # 1,024 bytes: 8 steps of 2 x 2 x 4 x 4 float16 (128 bytes)
+    callback._pieces = ["自", "注", "\n", " "]
+    writer = SummaryWriter(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="tinylm.callbacks"):
+        for step in range(1, 11):
+            callback.log_weights(writer, maps(step), step)
+    writer.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "AttentionMaps: the raw attention weights reached AttentionMaps.weights_max_kib; not logged from step 9 on "
+        "(the images go on)"]
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    logged = events.Tensors(WEIGHTS_TAG)
+    assert [e.step for e in logged] == [1, 2, 3, 4, 5, 6, 7, 8]
+    for event in logged:
+        array = tensor_util.make_ndarray(event.tensor_proto)
+        assert array.dtype == np.float16 and array.shape == (2, 2, 4, 4)
+        np.testing.assert_allclose(array, torch.stack(maps(event.step)).numpy(), atol=1e-3)
+    metadata = events.SummaryMetadata(WEIGHTS_TAG)
+    assert metadata.plugin_data.plugin_name == "tinylm"
+    assert json.loads(metadata.plugin_data.content) == {"tokens": ["自", "注", "\n", " "]}
+
+
+def test_a_cap_of_0_logs_none_and_says_nothing(tmp_path, caplog):
+    callback = AttentionMaps(weights_max_kib=0)
+    writer = SummaryWriter(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="tinylm.callbacks"):
+        callback.log_weights(writer, maps(1), 1)
+    writer.close()
+    assert caplog.records == []
+    assert WEIGHTS_TAG not in EventAccumulator(str(tmp_path)).Reload().Tags()["tensors"]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "512", True])
+def test_a_bad_cap_is_one_line(bad):
+    with pytest.raises(TinyLMError, match=r"AttentionMaps.weights_max_kib=.* must be an integer >= 0"):
+        AttentionMaps(weights_max_kib=bad)
+
+
+@pytest.mark.slow  # two tiny runs
+def test_logging_the_weights_leaves_the_runs_weights_bit_for_bit(tmp_path, tiny_text_file):
+    run = [*TINY_MODEL, "model.num_layers=2", "data.repeat=30", "trainer.max_steps=12", "trainer.val_check_interval=12",
+           "callbacks.attention_maps.every_n_steps=3", "~callbacks.sample_text", "~callbacks.next_token_probes",
+           "~callbacks.head_scores", "~callbacks.embedding_projector", f"data.path={tiny_text_file}"]
+    train_in_process(tmp_path / "on", *run)
+    train_in_process(tmp_path / "off", *run, "callbacks.attention_maps.weights_max_kib=0")
+    on = EventAccumulator(str(tmp_path / "on" / "tensorboard"), size_guidance={"tensors": 0}).Reload()
+    assert [e.step for e in on.Tensors(WEIGHTS_TAG)] == [3, 6, 9, 12]
+    weights = [torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+               for name in ("on", "off")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
