@@ -34,8 +34,10 @@ def type_text(server, browser, page, run: str, text: str) -> dict:
     """Type ``text`` into the text box; return the attention route's answer once the page shows its tokens."""
     ui.type_text(browser, page, "textarea.textin", text)
     attention = route(server, "attention", run=run, text=text)
-    ui.wait_for(browser, page, f"$('.tokcount')?.dataset.count === '{len(attention['tokens'])}'"
-                f" && $$('.strip .tok').length === {len(attention['tokens'])} && $('svg.lines')", "the typed text")
+    tokens = json.dumps(attention["tokens"])
+    ui.wait_for(browser, page, f"$('.tokcount')?.dataset.count === '{len(attention['tokens'])}' && $('svg.lines')"
+                f" && JSON.stringify($$('.strip .tok').map(t => t.dataset.token)) === JSON.stringify({tokens})",
+                "the typed text")
     return attention
 
 

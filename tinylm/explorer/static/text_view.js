@@ -62,7 +62,7 @@ export function textView(run, app) {
       if (layer >= answer.attention.length || head >= answer.attention[0].length) state.selected = [0, 0];
       put(count, `· ${answer.tokens.length} tokens`, answer.truncated ? ` (cut to the last ${answer.tokens.length}: the model sees ${run.block_size})` : "");
       count.dataset.count = answer.tokens.length;
-      put(strip, answer.tokens.map((tok, i) => tokenBox(tok, { dataset: { pos: i } })));
+      put(strip, answer.tokens.map((tok, i) => tokenBox(tok, { dataset: { pos: i, token: tok } })));
       drawAttention();
     } catch (e) {
       if (gen !== state.gen) return;
