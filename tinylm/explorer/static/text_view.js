@@ -99,6 +99,7 @@ export function textView(run, app) {
   }
 
   function drawSwitches() {
+    if (!run.heads) return put(switchBox, message("note", `A ${run.kind} has no attention heads to switch off.`));
     put(switchBox, switchboard(run.layers, run.heads, state.off, (id) => {
       if (state.off.has(id)) state.off.delete(id);
       else state.off.add(id);
