@@ -12,7 +12,8 @@ const FALLBACK_TEXT = "自注意力可以让序列中的每个位置看到前面
 
 /** The view for one run; `app.firstMap()` is called once the first attention map is on the page. */
 export function textView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.probe_text ?? FALLBACK_TEXT, selected: [0, 0], off: new Set(), query: null, gen: 0, pgen: 0 };
+  const state = { text: app.texts.get(run.name) ?? run.probe_text ?? FALLBACK_TEXT, selected: [0, 0], off: new Set(),
+    query: null, gen: 0, pgen: 0 };
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
     "aria-label": "your text", placeholder: "Type any text" });
   input.value = state.text;
@@ -53,10 +54,12 @@ export function textView(run, app) {
   }
 
   async function loadAttention(gen) {
-    put(attentionBox, message("loading", "Loading attention…"));
+    if (attention) attentionBox.classList.add("stale"); // the last text's maps, dimmed, until the new ones come
+    else put(attentionBox, message("loading", "Loading attention…"));
     try {
       const answer = await get("attention", { run: run.name, text: state.text });
       if (gen !== state.gen) return;
+      attentionBox.classList.remove("stale");
       attention = answer;
       const [layer, head] = state.selected;
       if (layer >= answer.attention.length || head >= answer.attention[0].length) state.selected = [0, 0];
@@ -66,6 +69,7 @@ export function textView(run, app) {
       drawAttention();
     } catch (e) {
       if (gen !== state.gen) return;
+      attentionBox.classList.remove("stale");
       attention = null;
       put(attentionBox, message("error", e.message));
       put(linesBox, message("note", "No attention to show."));
