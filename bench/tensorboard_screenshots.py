@@ -3,18 +3,21 @@ the views of the tinylm tab (the attention explorer, tinylm/explorer).
 
     python bench/tensorboard_screenshots.py LOGDIR --out docs/screenshots [--prefix default] [--port N]
         [--width 1400 --height 1000] [--tabs timeseries,images,...] [--tag-filter REGEX] [--timeout 60]
+        [--source TEXT]
 
 Regenerate the screenshots in docs/screenshots/, from the repository root (about 20 s per logdir once
 the runs exist; needs Chromium and CJK fonts: ``apt-get install chromium fonts-noto-cjk``):
 
     rm -rf /tmp/shots  # fresh runs: TensorBoard would also show the event files of older ones
-    python train.py hydra.run.dir=/tmp/shots/default
+    python train.py hydra.run.dir=/tmp/shots/default callbacks.attention_maps.every_n_steps=100  # Training: 11 steps
     python bench/tensorboard_screenshots.py /tmp/shots/default --out docs/screenshots --prefix default
     python train.py -m hydra.sweep.dir=/tmp/shots/sweep model.n_embd=32,64 model.num_heads=2,4 trainer.max_steps=300
     python bench/tensorboard_screenshots.py /tmp/shots/sweep --out docs/screenshots --prefix sweep \\
         --tabs timeseries,images,text,hparams,projector
-    python train.py experiment=numbers_zh hydra.run.dir=/tmp/shots/numbers trainer.max_steps=300
-    python bench/tensorboard_screenshots.py /tmp/shots/numbers --out docs/screenshots --prefix numbers --tabs tinylm
+    python train.py experiment=numbers_zh hydra.run.dir=/tmp/shots/numbers trainer.max_steps=150 \\
+        trainer.val_check_interval=50
+    python bench/tensorboard_screenshots.py /tmp/shots/numbers --out docs/screenshots --prefix numbers --tabs tinylm \\
+        --source 三千零五
 
 It starts ``tensorboard --logdir LOGDIR`` on 127.0.0.1 (a free port unless ``--port``), waits until
 every run folder under LOGDIR is listed and each tab's plugin has data (a tab without any is shot as
@@ -411,7 +414,7 @@ def shoot_tinylm(browser: Chromium, server: TensorBoard, args: argparse.Namespac
             problem = None if runs else "TensorBoard has no tinylm data for this logdir"
             if runs:
                 try:
-                    show(browser, page)
+                    show(browser, page, args.source) if view == "translation" else show(browser, page)
                 except tinylm_tab.TabError as e:
                     problem = str(e)
             count = wait_until_quiet(browser, page, args.timeout)
@@ -447,6 +450,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--tabs", default=",".join(TABS), help=f"comma-separated, of {', '.join(TABS)}")
     parser.add_argument("--tag-filter", default=None, help="Time Series tag filter (a regex), e.g. 'loss'")
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for the data and for each tab")
+    parser.add_argument("--source", default=None,
+                        help="the source text the tinylm tab translates, for a translation run (default: its probe)")
     parser.add_argument("--max-kb", type=int, default=400, help="PNGs larger than this are saved as 256 colours")
     args = parser.parse_args(argv)
     tabs = [tab.strip() for tab in args.tabs.split(",") if tab.strip()]

@@ -146,10 +146,15 @@ def show_view(name: str, ready: str):
     return show
 
 
-def show_translation(browser, page: str) -> None:
-    """A translation run's translation and cross-attention, a target character hovered."""
+def show_translation(browser, page: str, source: str | None = None) -> None:
+    """A translation run's translation and cross-attention (of ``source``, typed into the source box;
+    None: the text it opens with), a target character hovered."""
     show_view("translation", "$('.target-text') || $('.msg.error')")(browser, page)
-    if tab(browser, page, "$('svg.lines rect.hit')"):
+    if source is not None:
+        type_text(browser, page, "textarea.textin", source)
+        wait_for(browser, page, f"$('.target-text') && $('textarea.textin').value === {json.dumps(source)}"
+                 " && !$('.translation .msg')", "the typed source's translation")
+    if tab(browser, page, "!!$('svg.lines rect.hit')"):
         hover(browser, page, 'svg.lines rect.hit[data-query="1"]')
         wait_for(browser, page, "$('svg.lines line.att.focused')", "hovered lines")
     scroll_to(browser, page, None)
