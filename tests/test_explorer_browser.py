@@ -6,7 +6,6 @@ the tokens, the weights on the lines, and the predictions with a head switched o
 import json
 import shutil
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 from pathlib import Path
@@ -65,12 +64,11 @@ def as_shown(answer: dict) -> list[list[list]]:
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium: apt-get install chromium fonts-noto-cjk")
 def test_type_a_text_hover_a_character_and_switch_a_head_off(gpt_run, tmp_path: Path):
-    scratch = Path(tempfile.mkdtemp(prefix="tinylm-tab-", dir=tmp_path))
-    server = tb.TensorBoard(gpt_run.log_dir, tb.free_port(), scratch / "tensorboard.log")
+    server = tb.TensorBoard(gpt_run.log_dir, tb.free_port(), tmp_path / "tensorboard.log")
     browser = None
     try:
         assert server.wait_for_data(0, ["tinylm"], timeout=90) == {"tinylm"}, tb.last_line(server.log)
-        browser = tb.Chromium(tb.find_chromium(), str(scratch / "profile"), scratch / "chromium.log")
+        browser = tb.Chromium(tb.find_chromium(), str(tmp_path / "profile"), tmp_path / "chromium.log")
         page = browser.open(f"{server.url}/#tinylm", 1280, 800, timeout=60)
 
         # opened: the run picked, every layer's and head's map drawn
