@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import signal
 import socket
 import statistics
@@ -32,22 +30,10 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
+from bench_data import machine  # the CPU's name, its cores and the load average
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MS = 200.0  # predict, 32 characters, 2 cores
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine() -> dict:
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "load": [round(x, 2) for x in os.getloadavg()]}
 
 
 def run_folder(given: str | None) -> Path:

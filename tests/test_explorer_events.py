@@ -59,20 +59,23 @@ def test_a_cap_of_0_logs_none_and_says_nothing(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "512", True])
-def test_a_bad_cap_is_one_line(bad):
+def test_a_bad_cap_or_interval_is_one_line(bad):
     with pytest.raises(TinyLMError, match=r"AttentionMaps.weights_max_kib=.* must be an integer >= 0"):
         AttentionMaps(weights_max_kib=bad)
+    with pytest.raises(TinyLMError, match=r"AttentionMaps.weights.every_n_steps=.* must be a positive integer"):
+        AttentionMaps(weights_every_n_steps=bad)
 
 
 @pytest.mark.slow  # two tiny runs
-def test_logging_the_weights_leaves_the_runs_weights_bit_for_bit(tmp_path, tiny_text_file):
+def test_the_weights_are_logged_between_the_images_and_leave_the_runs_weights_bit_for_bit(tmp_path, tiny_text_file):
     run = [*TINY_MODEL, "model.num_layers=2", "data.repeat=30", "trainer.max_steps=12", "trainer.val_check_interval=12",
            "callbacks.attention_maps.every_n_steps=3", "~callbacks.sample_text", "~callbacks.next_token_probes",
            "~callbacks.head_scores", "~callbacks.embedding_projector", f"data.path={tiny_text_file}"]
-    train_in_process(tmp_path / "on", *run)
+    train_in_process(tmp_path / "on", *run, "callbacks.attention_maps.weights_every_n_steps=2")
     train_in_process(tmp_path / "off", *run, "callbacks.attention_maps.weights_max_kib=0")
-    on = EventAccumulator(str(tmp_path / "on" / "tensorboard"), size_guidance={"tensors": 0}).Reload()
-    assert [e.step for e in on.Tensors(WEIGHTS_TAG)] == [3, 6, 9, 12]
+    on = EventAccumulator(str(tmp_path / "on" / "tensorboard"), size_guidance={"tensors": 0, "images": 0}).Reload()
+    assert [e.step for e in on.Tensors(WEIGHTS_TAG)] == [2, 3, 4, 6, 8, 9, 10, 12]  # with the images, every 2 steps
+    assert [e.step for e in on.Images("maps/attention_layer0")] == [3, 6, 9, 12]
     weights = [torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
                for name in ("on", "off")]
     assert weights[0].keys() == weights[1].keys()

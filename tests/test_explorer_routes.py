@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+from argparse import Namespace
 from importlib.metadata import entry_points
 from urllib.parse import quote
 
@@ -16,11 +17,13 @@ import pytest
 import torch
 from conftest import TINY_MODEL, TINY_TEXT, compose_config, entry_point, train_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins import base_plugin
 
 from tinylm.checkpoint import checkpoint_in_run, load_model
 from tinylm.cli import quote_values
 from tinylm.explorer import views
 from tinylm.explorer.inprocess import client
+from tinylm.explorer.models import Models
 from tinylm.explorer.plugin import STATIC
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -69,7 +72,7 @@ def get(app, route: str, **params):
 
 def test_runs_lists_each_run_with_its_checkpoint_and_model(app, logdir):
     status, body = get(app, "runs")
-    assert status == 200
+    assert status == 200 and body["skipped"] == []
     runs = {run["name"]: run for run in body["runs"]}
     assert list(runs) == ["gpt", "lstm", "tb"]
     for name, run in runs.items():
@@ -89,6 +92,14 @@ def test_attention_rows_sum_to_one_with_nothing_above_the_diagonal(app):
     assert torch.allclose(weights.sum(-1), torch.ones(2, 2, 5), atol=1e-5)
     below = torch.ones(5, 5, dtype=torch.bool).tril()  # the key at or before the query
     assert torch.all(weights[..., ~below] == 0) and torch.all(weights[..., below] > 0)
+
+
+def test_a_head_switched_off_changes_the_attention_of_the_layers_after_it_only(app):
+    clean = torch.tensor(get(app, "attention", run="gpt", text=TEXT)[1]["attention"])
+    status, body = get(app, "attention", run="gpt", text=TEXT, ablate="0.1")
+    off = torch.tensor(body["attention"])
+    assert status == 200 and body["ablated"] == ["0.1"]
+    assert torch.equal(off[0], clean[0]) and (off[1] - clean[1]).abs().max() > 1e-4
 
 
 def test_a_long_text_is_cut_to_its_last_block(app):
@@ -198,6 +209,21 @@ def test_bad_inputs_get_one_line_of_json_and_never_a_500(app, route, params, sta
     assert (code, list(body)) == (status, ["error"]) and message in body["error"] and "\n" not in body["error"]
 
 
+def test_a_damaged_checkpoint_is_skipped_with_why_and_its_run_is_a_400(logdir, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(logdir / "gpt", runs / "gpt")
+    shutil.copytree(logdir / "gpt", runs / "broken")
+    checkpoint = checkpoint_in_run(runs / "broken").path
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])  # cut short, as while it is being written
+    fresh = client(runs)
+    status, body = get(fresh, "runs")
+    assert status == 200 and [run["name"] for run in body["runs"]] == ["gpt"]
+    (skipped,) = body["skipped"]
+    assert skipped["name"] == "broken" and "corrupted or truncated" in skipped["error"]
+    status, body = get(fresh, "predict", run="broken", text="自注")
+    assert status == 400 and "corrupted or truncated" in body["error"]
+
+
 def test_an_rnn_still_predicts(app):
     status, body = get(app, "predict", run="lstm", text="自注意力")
     assert status == 200 and len(body["top"]) == 4 and body["truncated"] is False
@@ -216,6 +242,16 @@ def test_the_model_is_loaded_once_and_again_when_its_checkpoint_changes(logdir, 
     assert plugin.models.loads == 2
 
 
+def test_at_most_size_models_are_kept_the_least_recently_used_dropped(logdir):
+    first, second = (checkpoint_in_run(logdir / name).path for name in ("gpt", "tb"))
+    models = Models(size=1)
+    assert models.get(first) is models.get(first) and models.loads == 1
+    models.get(second)
+    models.get(first)  # dropped when the second came in: read again
+    assert models.loads == 3
+    assert models.description(second)["layers"] == 2 and models.loads == 3  # a description outlives its model
+
+
 def test_static_files_come_with_their_content_type_and_nothing_else_is_served(app):
     for path in [p for p in STATIC.rglob("*") if p.is_file()]:
         response = app[0].get("/data/plugin/tinylm/" + path.relative_to(STATIC).as_posix())
@@ -229,9 +265,16 @@ def test_static_files_come_with_their_content_type_and_nothing_else_is_served(ap
 
 def test_the_entry_point_is_registered_and_tensorboard_lists_the_plugin(logdir):
     found = [ep for ep in entry_points(group="tensorboard_plugins") if ep.name == "tinylm"]
-    assert [ep.value for ep in found] == ["tinylm.explorer.plugin:TinyLMPlugin"]
+    assert [ep.value for ep in found] == ["tinylm.explorer.plugin:TinyLMLoader"]
     app, plugin = client(logdir)
-    assert found[0].load() is type(plugin)  # the class TensorBoard loads
+    loader = found[0].load()()  # what TensorBoard makes of the entry point
+    assert type(loader.load(base_plugin.TBContext(logdir=str(logdir)))) is type(plugin)
+    flags = Namespace(samples_per_plugin={"images": 3})
+    loader.fix_flags(flags)  # every step of the raw attention weights kept
+    assert flags.samples_per_plugin == {"images": 3, "tinylm": 0}
+    flags = Namespace(samples_per_plugin={"tinylm": 5})
+    loader.fix_flags(flags)  # the user's number stays
+    assert flags.samples_per_plugin == {"tinylm": 5}
     listing = json.loads(app.get("/data/plugins_listing").get_data(as_text=True))
     assert listing["tinylm"]["enabled"] is True
     assert listing["tinylm"]["loading_mechanism"] == {"type": "IFRAME", "module_path": "/data/plugin/tinylm/index.js"}
@@ -242,7 +285,7 @@ def test_a_logdir_without_tinylm_runs_leaves_the_plugin_off(tmp_path):
     wsgi, plugin = client(tmp_path)
     assert plugin.is_active() is False
     assert json.loads(wsgi.get("/data/plugins_listing").get_data(as_text=True))["tinylm"]["enabled"] is False
-    assert get((wsgi, plugin), "runs") == (200, {"runs": []})
+    assert get((wsgi, plugin), "runs") == (200, {"runs": [], "skipped": []})
 
 
 def test_no_route_writes_anything(app, logdir):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 import torch
-from conftest import compose_config, entry_point, train_in_process
+from conftest import TINY_MODEL, compose_config, entry_point, train_in_process
 
 from tinylm.explorer.inprocess import client
 
@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 generate = entry_point("generate.py")
 SEQ2SEQ = ["experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
            "model.encoder_layers=1", "model.decoder_layers=2", "trainer.max_steps=30", "trainer.val_check_interval=30",
-           "callbacks=minimal", "logger=none", "trainer.enable_progress_bar=false", "threads=1"]
+           "callbacks.translation_maps.source='三千零五'", "logger=none", "trainer.enable_progress_bar=false",
+           "threads=1"]
 
 
 def get(app, route: str, **params):
@@ -38,8 +39,8 @@ def test_a_translation_run_gives_its_translation_and_cross_attention(tmp_path, c
     app, _ = client(tmp_path / "runs")
     _, listed = get(app, "runs")
     run = listed["runs"][0]
-    assert (run["name"], run["kind"], run["task"], run["layers"], run["heads"]) == (
-        "numbers", "encoder-decoder", "translation", 2, 2)
+    assert (run["name"], run["kind"], run["task"], run["layers"], run["heads"], run["probe_text"]) == (
+        "numbers", "encoder-decoder", "translation", 2, 2, "三千零五")
     status, body = get(app, "translate", run="numbers", text="三千零五")
     assert status == 200 and body["source"] == list("三千零五") and body["target"][-1] == "end"
     weights = torch.tensor(body["cross_attention"])  # (L, h, target, source)
@@ -69,14 +70,20 @@ def fetch(url: str) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def test_a_real_tensorboard_serves_the_routes(tmp_path, gpt_run):
-    """``tensorboard --logdir`` (its own process, its data server) answers the three routes of the issue."""
-    logdir = tmp_path / "outputs"
-    os.symlink(gpt_run.path.parent, logdir)  # outputs -> the session run's runs/ folder: read only
+def test_a_real_tensorboard_serves_the_routes(tmp_path, gpt_run, tiny_text_file):
+    """``tensorboard --logdir`` (its own process, its data server) answers the three routes of the issue, and
+    keeps every logged step of the raw attention weights (12 here; TensorBoard's default sample is 10)."""
+    runs = tmp_path / "outputs" / "runs"
+    shutil.copytree(gpt_run.path, runs / "gpt")
+    train_in_process(runs / "tb", *TINY_MODEL, "data.repeat=30", "trainer.max_steps=12",
+                     "trainer.val_check_interval=12", "callbacks.attention_maps.weights_every_n_steps=1",
+                     "~callbacks.sample_text", "~callbacks.next_token_probes", "~callbacks.head_scores",
+                     "~callbacks.embedding_projector",
+                     f"data.path={tiny_text_file}")
     port = free_port()
     tensorboard = Path(sys.executable).with_name("tensorboard")
-    proc = subprocess.Popen([str(tensorboard), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    command = [str(tensorboard), "--logdir", str(runs.parent), "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}/data"
     try:
         deadline = time.monotonic() + 120
@@ -88,15 +95,19 @@ def test_a_real_tensorboard_serves_the_routes(tmp_path, gpt_run):
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
                 time.sleep(0.5)
         assert listing["tinylm"]["enabled"] is True
-        status, runs = fetch(f"{base}/plugin/tinylm/runs")
-        name = gpt_run.path.name
-        assert status == 200 and [run["name"] for run in runs["runs"]] == [name]
-        status, attention = fetch(f"{base}/plugin/tinylm/attention?run={name}&text={quote('自注意力')}")
+        status, listed = fetch(f"{base}/plugin/tinylm/runs")
+        assert status == 200 and [run["name"] for run in listed["runs"]] == ["runs/gpt", "runs/tb"]
+        status, attention = fetch(f"{base}/plugin/tinylm/attention?run=runs/gpt&text={quote('自注意力')}")
         assert status == 200 and torch.tensor(attention["attention"]).shape == (2, 2, 4, 4)
-        status, predicted = fetch(f"{base}/plugin/tinylm/predict?run={name}&text={quote('自注意力')}&ablate=0.1")
+        status, predicted = fetch(f"{base}/plugin/tinylm/predict?run=runs/gpt&text={quote('自注意力')}&ablate=0.1")
         assert status == 200 and len(predicted["top"]) == 4 and predicted["ablated"] == ["0.1"]
         assert fetch(f"{base}/plugin/tinylm/predict?run=..%2Fx&text=a")[0] == 400
-        assert fetch(f"{base}/plugin/tinylm/training?run={name}") == (200, {"tokens": [], "steps": [], "attention": []})
+        status, long = fetch(f"{base}/plugin/tinylm/predict?run=runs/gpt&text={quote('自' * 4097)}")  # a 37 kB URL
+        assert status == 400 and long["error"] == "text is 4097 characters long: send at most 4096"
+        deadline = time.monotonic() + 60  # the data server reads the event files a few seconds after it starts
+        while (steps := fetch(f"{base}/plugin/tinylm/training?run=runs/tb")[1]["steps"]) != list(range(1, 13)):
+            assert time.monotonic() < deadline, steps
+            time.sleep(1)
     finally:
         proc.send_signal(signal.SIGINT)  # TensorBoard stops on Ctrl+C (it outlives a SIGTERM while serving)
         try:

@@ -6,8 +6,9 @@ itself loaded from the run's event files; with ``--load_fast`` its Rust data ser
   tokens as JSON in the summary's metadata): ``training``;
 - the ``HeadScores`` callback's scalars, ``probe_heads_layer<L>/<score>_head<H>``: ``heads``.
 
-TensorBoard keeps a sample of each time series: by default 10 steps of a plugin's tensors and 1,000 of
-scalars (``tensorboard --samples_per_plugin=tinylm=0`` keeps every step of the weights).
+TensorBoard keeps a sample of each time series: 1,000 steps of scalars, and of the weights every step
+(``tinylm.explorer.plugin.TinyLMLoader`` sets ``--samples_per_plugin tinylm=0``; TensorBoard's own default
+is 10).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""``TinyLMPlugin``: the tinylm tab of TensorBoard, its JSON routes and its static files.
+"""``TinyLMPlugin``: the tinylm tab of TensorBoard, its JSON routes and its static files; ``TinyLMLoader``,
+what the ``tensorboard_plugins`` entry point names.
 
-TensorBoard loads it through the ``tensorboard_plugins`` entry point and mounts ``get_plugin_apps()``
-under ``/data/plugin/tinylm/``. The tab is the ES module ``static/index.js`` (``frontend_metadata``), which
-imports its other files by relative URL: every other path is a file of ``static/`` (the catch-all route).
-The routes (docs/inside.md; the contract with the frontend: /work/helpers/EXPLORER_API.md):
+TensorBoard loads it through the entry point and mounts ``get_plugin_apps()`` under ``/data/plugin/tinylm/``.
+The tab is the ES module ``static/index.js`` (``frontend_metadata``), which imports its other files by
+relative URL: every other path is a file of ``static/`` (the catch-all route). The routes (docs/inside.md):
 
     runs                         the runs of the logdir that have a checkpoint
-    attention?run=R&text=T       every layer's and head's attention on the text
+    attention?run=R&text=T[&ablate=...]           every layer's and head's attention on the text
     predict?run=R&text=T[&ablate=1.0,1.3][&k=5]   the next tokens at each position, heads switched off
     lens?run=R&text=T[&ablate=...]                the logit lens
     translate?run=R&text=SOURCE  a translation run's greedy translation and cross-attention
@@ -34,7 +34,7 @@ from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
 from tinylm.explorer import events, views
-from tinylm.explorer.http import ablate_of, answer, json_route, k_of, parameter, text_of
+from tinylm.explorer.http import ablate_of, answer, json_route, k_of, one_line, parameter, text_of
 from tinylm.explorer.models import Models
 from tinylm.explorer.runs import Runs
 
@@ -99,20 +99,25 @@ class TinyLMPlugin(base_plugin.TBPlugin):
 
     @json_route
     def serve_runs(self, request) -> dict:
-        listed = []
+        """The runs with a checkpoint; those whose checkpoint cannot be read in ``skipped``, with why."""
+        listed, skipped = [], []
         for run in self.runs.list():
             try:
                 checkpoint = run.checkpoint()
             except TinyLMError:  # no checkpoint (yet): not listed
                 continue
-            with self._compute:
-                described = self.models.description(checkpoint)
-            listed.append({"name": run.name, **described, "probe_text": run.probe_text()})
-        return {"runs": listed}
+            try:
+                with self._compute:
+                    described = self.models.description(checkpoint)
+            except TinyLMError as e:  # e.g. a file being written, or not a tinylm checkpoint
+                skipped.append({"name": run.name, "error": one_line(e)})
+                continue
+            listed.append({"name": run.name, **described, "probe_text": run.probe_text(described["task"])})
+        return {"runs": listed, "skipped": skipped}
 
     @json_route
     def serve_attention(self, request) -> dict:
-        return self.computed(request, views.attention, text_of(request))
+        return self.computed(request, views.attention, text_of(request), ablate_of(request))
 
     @json_route
     def serve_predict(self, request) -> dict:
@@ -159,3 +164,17 @@ class TinyLMPlugin(base_plugin.TBPlugin):
         kind = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return http_util.Respond(request, path.read_bytes(), kind)
 
+
+
+class TinyLMLoader(base_plugin.TBLoader):
+    """The plugin, with TensorBoard told to keep every logged step of its tensors (the probe's raw attention
+    weights): by default it keeps a sample of 10 steps of a plugin's tensors. ``--samples_per_plugin=tinylm=N``
+    still sets another number."""
+
+    def fix_flags(self, flags) -> None:
+        samples = getattr(flags, "samples_per_plugin", None)
+        if isinstance(samples, dict):
+            samples.setdefault(TinyLMPlugin.plugin_name, 0)  # 0: all
+
+    def load(self, context: base_plugin.TBContext) -> TinyLMPlugin:
+        return TinyLMPlugin(context)

@@ -49,20 +49,23 @@ class RunFolder:
         """The checkpoint ``generate.py run_dir=`` picks: the best, else the last (a TinyLMError if none)."""
         return checkpoint_in_run(self.path).path
 
-    def probe_text(self) -> str | None:
-        """The attention callback's probe text, from Hydra's record of the run (None without one)."""
+    def probe_text(self, task: str = "text") -> str | None:
+        """The text the run's attention view was drawn on, from Hydra's record of the run (None without one):
+        the attention maps' probe (``callbacks.attention_maps.text``), or a translation run's source
+        (``callbacks.translation_maps.source``)."""
         record = self.path / HYDRA_DIR / "config.yaml"
+        view = ("translation_maps", "source") if task == "translation" else ("attention_maps", "text")
         try:
-            return probe_in_record(record, record.stat().st_mtime_ns)
+            return text_in_record(record, record.stat().st_mtime_ns, view)
         except OSError:
             return None
 
 
 @functools.lru_cache(maxsize=256)
-def probe_in_record(record: Path, modified: int) -> str | None:
-    """``callbacks.attention_maps.text`` of a run's config.yaml (parsed once per version of the file)."""
+def text_in_record(record: Path, modified: int, view: tuple[str, str]) -> str | None:
+    """``callbacks.<view[0]>.<view[1]>`` of a run's config.yaml (parsed once per version of the file)."""
     try:
-        text = read_record(record)["callbacks"]["attention_maps"]["text"]
+        text = read_record(record)["callbacks"][view[0]][view[1]]
     except (ValueError, TypeError, KeyError):
         return None
     return text if isinstance(text, str) else None

@@ -55,17 +55,18 @@ def text_decoder(loaded: LoadedModel, what: str) -> None:
                           "text; use the translate route for it")
 
 
-def attention(loaded: LoadedModel, text: str) -> dict:
-    """Per layer and head, the attention weights (query, key) of the text's last block_size tokens."""
+def attention(loaded: LoadedModel, text: str, ablate: list[str] = ()) -> dict:
+    """Per layer and head, the attention weights (query, key) of the text's last block_size tokens, with
+    ``ablate``'s heads switched off (which changes the layers after theirs)."""
     text_decoder(loaded, "attention")
     if not loaded.model.has_attention:
         raise TinyLMError(f"this run's model is an {loaded.model.config.arch} model, which has no attention: "
                           "pick a Transformer run")
     ids, truncated = encoded(loaded, text)
-    with torch.inference_mode():
+    with torch.inference_mode(), heads_switched_off(loaded.model, ablate):
         weights = attention_weights(loaded.model, torch.tensor(ids))  # per layer (h, T, T)
     return {"tokens": pieces(loaded.tokenizer, ids), "attention": [rounded(w) for w in weights],
-            "truncated": truncated}
+            "ablated": list(ablate), "truncated": truncated}
 
 
 def predict(loaded: LoadedModel, text: str, ablate: list[str], k: int) -> dict:

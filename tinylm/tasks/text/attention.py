@@ -16,6 +16,7 @@ from tinylm.callbacks.inspector import (
     log,
     tensorboard_writer,
     training_text_opening,
+    validate_interval,
     without_unknown,
 )
 from tinylm.errors import TinyLMError
@@ -115,14 +116,17 @@ class AttentionMaps(AttentionInspector):
     when training starts, in one warning saying what to set. The causal mask for the probe's length
     is logged once, as ``maps/causal_mask``, when training starts.
 
-    With each set of images, the raw weights go into the event file as one small tensor summary,
-    ``tinylm/probe_attention`` (``weights_summary``: float16, (layers, heads, T, T), 32 KiB for the
-    default model's full block), for the tinylm plugin's Training view. ``weights_max_kib`` caps their
-    total per run: past it, the weights are no longer logged (said once); the images go on.
+    With each set of images, and every ``weights_every_n_steps`` steps between them (null: only with the
+    images), the raw weights go into the event file as one small tensor summary, ``tinylm/probe_attention``
+    (``weights_summary``: float16, (layers, heads, T, T), 2.6 KiB for the default model and probe), for
+    the tinylm plugin's Training view: a forward pass of the probe, no figure. ``weights_max_kib`` caps
+    their total per run: past it, the weights are no longer logged (said once); the images go on.
     """
 
-    def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列", weights_max_kib: int = 512):
+    def __init__(self, every_n_steps: int | None = 500, text: str = "自注意力可以让序列",
+                 weights_every_n_steps: int | None = 50, weights_max_kib: int = 512):
         super().__init__(every_n_steps)
+        self.weights_every_n_steps = validate_interval("AttentionMaps.weights", weights_every_n_steps)
         if not isinstance(text, str):
             raise TinyLMError(f"AttentionMaps.text={text!r} must be a string")
         if type(weights_max_kib) is not int or weights_max_kib < 0:
@@ -133,6 +137,7 @@ class AttentionMaps(AttentionInspector):
         self._ids: list[int] | None = None  # [] once decided that there is no probe this run
         self._labels: list[str] = []
         self._pieces: list[str] = []  # each probe token's own text, for the raw weights' summary
+        self._weights_step: int | None = None  # the last step whose raw weights were logged
         self._figures: dict = {}  # plotting.attention_figure's reused figures: drawn once, refilled
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
@@ -202,12 +207,26 @@ class AttentionMaps(AttentionInspector):
             add_rgb_image(writer, f"maps/attention_layer{layer}", plotting.render_rgb(figure), step)
         self.log_weights(writer, maps, step)
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)  # the images, with their weights
+        every, step = self.weights_every_n_steps, trainer.global_step
+        if (every and step % every == 0 and step != self._weights_step and self.weights_left >= 0
+                and trainer.is_global_zero and self.has_attention(trainer, pl_module)):
+            self.timed("AttentionMaps (weights)", step, lambda: self.inspect_weights(trainer, pl_module))
+
+    def inspect_weights(self, trainer, module) -> None:
+        """The raw weights alone, between two sets of images."""
+        writer = self._probe_writer(trainer, module)
+        if writer is not None:
+            ids = torch.tensor(self._ids, device=module.device)  # (T,)
+            self.log_weights(writer, plotting.attention_weights(module.model, ids), trainer.global_step)
+
     def log_weights(self, writer, maps: list[torch.Tensor], step: int) -> None:
-        """The raw weights as ``weights_summary``, while the run's cap allows (past it: said once)."""
+        """The raw weights as ``weights_summary``, once per step, while the run's cap allows (past it: said once)."""
         from torch.utils.tensorboard import SummaryWriter
 
         size = sum(w.numel() for w in maps) * 2  # float16
-        if not isinstance(writer, SummaryWriter) or self.weights_left < 0:
+        if not isinstance(writer, SummaryWriter) or self.weights_left < 0 or step == self._weights_step:
             return
         if size > self.weights_left:
             log.warning("AttentionMaps: the raw attention weights reached AttentionMaps.weights_max_kib; not logged "
@@ -215,4 +234,5 @@ class AttentionMaps(AttentionInspector):
             self.weights_left = -1
             return
         self.weights_left -= size
+        self._weights_step = step
         writer._get_file_writer().add_summary(weights_summary(maps, self._pieces), step)
