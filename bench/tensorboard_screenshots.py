@@ -9,7 +9,7 @@ Regenerate the screenshots in docs/screenshots/, from the repository root (about
 the runs exist; needs Chromium and CJK fonts: ``apt-get install chromium fonts-noto-cjk``):
 
     rm -rf /tmp/shots  # fresh runs: TensorBoard would also show the event files of older ones
-    python train.py hydra.run.dir=/tmp/shots/default callbacks.attention_maps.every_n_steps=100  # Training: 11 steps
+    python train.py hydra.run.dir=/tmp/shots/default
     python bench/tensorboard_screenshots.py /tmp/shots/default --out docs/screenshots --prefix default
     python train.py -m hydra.sweep.dir=/tmp/shots/sweep model.n_embd=32,64 model.num_heads=2,4 trainer.max_steps=300
     python bench/tensorboard_screenshots.py /tmp/shots/sweep --out docs/screenshots --prefix sweep \\

@@ -53,12 +53,13 @@ export function textView(run, app) {
     app.firstMap();
   }
 
-  async function loadAttention(gen) {
+  async function loadAttention(gen, pgen) {
+    const stale = () => gen !== state.gen || pgen !== state.pgen;
     if (attention) attentionBox.classList.add("stale"); // the last text's maps, dimmed, until the new ones come
     else put(attentionBox, message("loading", "Loading attention…"));
     try {
-      const answer = await get("attention", { run: run.name, text: state.text });
-      if (gen !== state.gen) return;
+      const answer = await get("attention", { run: run.name, text: state.text, ablate: offList() });
+      if (stale()) return;
       attentionBox.classList.remove("stale");
       attention = answer;
       const [layer, head] = state.selected;
@@ -68,7 +69,7 @@ export function textView(run, app) {
       put(strip, answer.tokens.map((tok, i) => tokenBox(tok, { dataset: { pos: i, token: tok } })));
       drawAttention();
     } catch (e) {
-      if (gen !== state.gen) return;
+      if (stale()) return;
       attentionBox.classList.remove("stale");
       attention = null;
       put(attentionBox, message("error", e.message));
@@ -78,10 +79,10 @@ export function textView(run, app) {
 
   async function loadPredictions(gen, pgen) {
     const stale = () => gen !== state.gen || pgen !== state.pgen;
-    const off = [...state.off].sort();
+    const off = offList();
     try {
       const base = await get("predict", { run: run.name, text: state.text, k: TOP_K });
-      const ablated = off.length ? await get("predict", { run: run.name, text: state.text, k: TOP_K, ablate: off.join(",") }) : null;
+      const ablated = off ? await get("predict", { run: run.name, text: state.text, k: TOP_K, ablate: off }) : null;
       if (stale()) return;
       basePredict = base;
       put(predsBox, ablated ? changeSummary(base, ablated) : h("div", { class: "summary", dataset: { changed: 0 } },
@@ -93,14 +94,22 @@ export function textView(run, app) {
     }
   }
 
-  async function loadLens(gen) {
+  async function loadLens(gen, pgen) {
+    const stale = () => gen !== state.gen || pgen !== state.pgen;
     try {
-      const lens = await get("lens", { run: run.name, text: state.text });
-      if (gen === state.gen) put(lensBox, lensTable(lens));
+      const lens = await get("lens", { run: run.name, text: state.text, ablate: offList() });
+      if (stale()) return;
+      lensBox.classList.remove("stale");
+      put(lensBox, lensTable(lens));
     } catch (e) {
-      if (gen === state.gen) put(lensBox, message("error", e.message));
+      if (!stale()) {
+        lensBox.classList.remove("stale");
+        put(lensBox, message("error", e.message));
+      }
     }
   }
+
+  const offList = () => [...state.off].sort().join(","); // the heads switched off, as ablate= takes them
 
   function drawSwitches() {
     if (!run.heads) return put(switchBox, message("note", `A ${run.kind} has no attention heads to switch off.`));
@@ -116,7 +125,10 @@ export function textView(run, app) {
     drawSwitches();
     drawAttention();
     if (basePredict) put(predsBox, message("loading", "Predicting…"), predictionTable(basePredict));
+    lensBox.classList.add("stale");
+    loadAttention(state.gen, state.pgen);
     loadPredictions(state.gen, state.pgen);
+    loadLens(state.gen, state.pgen);
   }
 
   function refresh() {
@@ -128,9 +140,9 @@ export function textView(run, app) {
       for (const box of [attentionBox, linesBox, predsBox, lensBox]) put(box, message("note", "Type a text above."));
       return;
     }
-    loadAttention(state.gen);
+    loadAttention(state.gen, state.pgen);
     loadPredictions(state.gen, state.pgen);
-    loadLens(state.gen);
+    loadLens(state.gen, state.pgen);
   }
 
   const typed = debounce(() => { state.text = input.value; refresh(); }, TYPING_MS);
