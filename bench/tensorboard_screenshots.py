@@ -1,7 +1,9 @@
-"""Screenshots of a run's TensorBoard: the Time Series, Images, Text, HParams and Projector tabs.
+"""Screenshots of a run's TensorBoard: the Time Series, Images, Text, HParams and Projector tabs, and
+the views of the tinylm tab (the attention explorer, tinylm/explorer).
 
     python bench/tensorboard_screenshots.py LOGDIR --out docs/screenshots [--prefix default] [--port N]
         [--width 1400 --height 1000] [--tabs timeseries,images,...] [--tag-filter REGEX] [--timeout 60]
+        [--source TEXT]
 
 Regenerate the screenshots in docs/screenshots/, from the repository root (about 20 s per logdir once
 the runs exist; needs Chromium and CJK fonts: ``apt-get install chromium fonts-noto-cjk``):
@@ -10,7 +12,12 @@ the runs exist; needs Chromium and CJK fonts: ``apt-get install chromium fonts-n
     python train.py hydra.run.dir=/tmp/shots/default
     python bench/tensorboard_screenshots.py /tmp/shots/default --out docs/screenshots --prefix default
     python train.py -m hydra.sweep.dir=/tmp/shots/sweep model.n_embd=32,64 model.num_heads=2,4 trainer.max_steps=300
-    python bench/tensorboard_screenshots.py /tmp/shots/sweep --out docs/screenshots --prefix sweep
+    python bench/tensorboard_screenshots.py /tmp/shots/sweep --out docs/screenshots --prefix sweep \\
+        --tabs timeseries,images,text,hparams,projector
+    python train.py experiment=numbers_zh hydra.run.dir=/tmp/shots/numbers trainer.max_steps=150 \\
+        trainer.val_check_interval=50
+    python bench/tensorboard_screenshots.py /tmp/shots/numbers --out docs/screenshots --prefix numbers --tabs tinylm \\
+        --source 三千零五
 
 It starts ``tensorboard --logdir LOGDIR`` on 127.0.0.1 (a free port unless ``--port``), waits until
 every run folder under LOGDIR is listed and each tab's plugin has data (a tab without any is shot as
@@ -18,7 +25,12 @@ TensorBoard shows it and counts as not rendered), then opens each tab in headles
 over ``--remote-debugging-pipe`` (no debugging port), with the Time Series settings pane closed. A
 tab is shot once its content is on the page (cards, images, text samples, trials or projected
 points, counted in the page through its shadow DOMs), stays the same for two polls and no request
-is in flight. Each ``<out>/<prefix>-<tab>.png`` is re-saved optimised by Pillow (as 256 colours if
+is in flight. The tinylm tab is shot once per view (``<prefix>-tinylm-<view>.png``), each brought on
+screen with real mouse and keyboard input (bench/tinylm_tab.py): for a text run, your text with a
+character hovered, heads switched off until a prediction changes, the logit lens, training and heads;
+for a translation run (when the logdir has no text run), the translation, training and heads. Its
+first line also says ``first_map_ms``: from opening TensorBoard's page to the tab's first attention
+map on screen. Each ``<out>/<prefix>-<tab>.png`` is re-saved optimised by Pillow (as 256 colours if
 still over ``--max-kb``). One JSON line per screenshot: tab, file, width, height, what it shows
 (``content``, e.g. "5 images"), its distinct colours and the share of pixels off its most common
 colour (``busy``), and ``rendered``: content found and the picture not (nearly) one colour. The
@@ -49,11 +61,12 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
+import tinylm_tab
 from PIL import Image
 
 from tinylm.cli import EXIT_INTERRUPTED, quiet_broken_pipe
 
-TABS = ("timeseries", "images", "text", "hparams", "projector")
+TABS = ("timeseries", "images", "text", "hparams", "projector", "tinylm")
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 EXIT_NOT_RENDERED, EXIT_ERROR = 1, 2
 # A picture with fewer colours, or with fewer pixels off its most common colour, is blank. They only
@@ -92,6 +105,7 @@ CONTENT = {
         "text samples",
     ),
     "hparams": ("deepAll('vaadin-grid').reduce((n, grid) => n + (grid.items || []).length, 0)", "trials"),
+    "tinylm": (tinylm_tab.CONTENT, "maps, lines and cells"),  # counted in its iframe: tinylm_tab.tab()
     "projector": (  # points once the default PCA projection exists
         "(p => p && p.dataSet && p.dataSet.projections['pca-0'] ? p.dataSet.points.length : 0)"
         "(deepAll('vz-projector')[0])",
@@ -352,6 +366,9 @@ def shoot(args: argparse.Namespace, tabs: list[str]) -> list[dict]:
         cleanup.callback(browser.close)
         query = "?" + urllib.parse.urlencode({"tagFilter": args.tag_filter}) if args.tag_filter else ""
         for tab in tabs:
+            if tab == "tinylm":
+                results += shoot_tinylm(browser, server, args, tab in active)
+                continue
             started = time.monotonic()
             page = browser.open(f"{server.url}/{query}#{tab}", args.width, args.height, args.timeout)
             count = wait_for_content(browser, page, tab, tab in active, args.timeout)
@@ -373,6 +390,53 @@ def shoot(args: argparse.Namespace, tabs: list[str]) -> list[dict]:
     return results
 
 
+def wait_until_quiet(browser: Chromium, page: str, timeout: float) -> int:
+    """How much the tinylm tab shows, once no request has been in flight for 0.5 s (each poll reads the
+    browser's events, those of the requests among them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = tinylm_tab.tab(browser, page, f"doc ? {tinylm_tab.CONTENT} : 0")
+        if (not browser.requests and time.monotonic() - browser.last_request >= 0.5) or time.monotonic() > deadline:
+            return count
+        time.sleep(0.2)
+
+
+def shoot_tinylm(browser: Chromium, server: TensorBoard, args: argparse.Namespace, has_data: bool) -> list[dict]:
+    """The tinylm tab's views, one screenshot each (see the module's docstring)."""
+    runs = server.get("/data/plugin/tinylm/runs")["runs"] if has_data else []
+    translation_only = bool(runs) and all(run["task"] == "translation" for run in runs)  # else it opens a text run
+    views = tinylm_tab.TRANSLATION_VIEWS if translation_only else tinylm_tab.TEXT_VIEWS
+    page = browser.open(f"{server.url}/#tinylm", args.width, args.height, args.timeout)
+    results = []
+    try:
+        for view, show in views if runs else views[:1]:
+            started = time.monotonic()
+            problem = None if runs else "TensorBoard has no tinylm data for this logdir"
+            if runs:
+                try:
+                    show(browser, page, args.source) if view == "translation" else show(browser, page)
+                except tinylm_tab.TabError as e:
+                    problem = str(e)
+            count = wait_until_quiet(browser, page, args.timeout)
+            png = browser.screenshot(page)
+            file = args.out / f"{args.prefix}-tinylm-{view}.png"
+            width, height = save_png(png, file, args.max_kb)
+            colours, busy = picture_stats(png)
+            result = {"tab": "tinylm", "view": view, "file": str(file), "width": width, "height": height,
+                      "content": f"{count} {CONTENT['tinylm'][1]}", "colours": colours, "busy": busy,
+                      "rendered": not problem and count > 0 and colours >= MIN_COLOURS and busy >= MIN_BUSY,
+                      "seconds": round(time.monotonic() - started, 1)}
+            if not results:
+                result["first_map_ms"] = tinylm_tab.first_map_ms(browser, page)
+            if problem:
+                result["problem"] = problem
+            print(json.dumps(result, ensure_ascii=False), flush=True)
+            results.append(result)
+    finally:
+        browser.close_page(page)
+    return results
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     summary, usage, *how_to_regenerate = __doc__.split("\n\n")[:4]
     parser = argparse.ArgumentParser(description=summary, usage=usage.strip(), epilog="\n\n".join(how_to_regenerate),
@@ -386,6 +450,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--tabs", default=",".join(TABS), help=f"comma-separated, of {', '.join(TABS)}")
     parser.add_argument("--tag-filter", default=None, help="Time Series tag filter (a regex), e.g. 'loss'")
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for the data and for each tab")
+    parser.add_argument("--source", default=None,
+                        help="the source text the tinylm tab translates, for a translation run (default: its probe)")
     parser.add_argument("--max-kb", type=int, default=400, help="PNGs larger than this are saved as 256 colours")
     args = parser.parse_args(argv)
     tabs = [tab.strip() for tab in args.tabs.split(",") if tab.strip()]

@@ -1,5 +1,6 @@
-"""bench/tensorboard_screenshots.py: every TensorBoard tab of a real tiny run is shot with its content
-on it, the server is gone afterwards, and what stops it before any browser starts is one error line."""
+"""bench/tensorboard_screenshots.py: every TensorBoard tab of a real tiny run, and every view of the
+tinylm tab, is shot with its content on it, the server is gone afterwards, and what stops it before
+any browser starts is one error line."""
 
 import io
 import json
@@ -16,6 +17,7 @@ from PIL import Image
 sys.path.insert(0, str(ROOT / "bench"))
 
 import tensorboard_screenshots  # noqa: E402
+import tinylm_tab  # noqa: E402
 
 SCRIPT = ROOT / "bench" / "tensorboard_screenshots.py"
 HAS_CHROMIUM = any(shutil.which(name) for name in tensorboard_screenshots.CHROMIUM_NAMES)
@@ -50,11 +52,15 @@ def test_every_tab_of_a_tiny_run_is_shot_with_its_content(tmp_path):
     proc = screenshots(str(run), "--out", str(out), "--prefix", "tiny", "--width", "1000", "--height", "800")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["tab"] for r in results] == list(tensorboard_screenshots.TABS)
+    views = [view for view, _ in tinylm_tab.TEXT_VIEWS]  # the tinylm tab: one screenshot per view
+    assert [r["tab"] for r in results] == [*tensorboard_screenshots.TABS[:-1], *["tinylm"] * len(views)]
+    assert [r["view"] for r in results if r["tab"] == "tinylm"] == views
+    assert results[-len(views)]["first_map_ms"] > 0
     for r in results:
         assert r["rendered"], r
         assert int(r["content"].split()[0]) > 0, r  # e.g. "5 images": counted in the page
-        assert Path(r["file"]) == out / f"tiny-{r['tab']}.png"
+        name = f"tinylm-{r['view']}" if r["tab"] == "tinylm" else r["tab"]
+        assert Path(r["file"]) == out / f"tiny-{name}.png"
         with Image.open(r["file"]) as image:
             assert image.size == (r["width"], r["height"]) == (1000, 800)
     assert not command_lines_naming(str(run))  # TensorBoard (and its data server) stopped

@@ -1,0 +1,76 @@
+// The tinylm tab: TensorBoard loads this module in an iframe and calls render(). It picks a run and
+// shows one of four views of it: your text, training, heads, translation.
+
+import { get } from "./api.js";
+import { h, message, put } from "./dom.js";
+import { headsView } from "./heads_view.js";
+import { textView } from "./text_view.js";
+import { trainingView } from "./training_view.js";
+import { translationView } from "./translation_view.js";
+
+const VIEWS = [
+  { id: "text", name: "Your text", build: textView, fits: (run) => run.task !== "translation" },
+  { id: "training", name: "Training", build: trainingView, fits: (run) => run.kind !== "rnn" },
+  { id: "heads", name: "Heads", build: headsView, fits: (run) => run.kind !== "rnn" },
+  { id: "translation", name: "Translation", build: translationView, fits: (run) => run.task === "translation" },
+];
+
+/** The view a run opens on: its translation for a translation run, else your text. */
+const home = (run) => VIEWS.find((v) => v.id === (run.task === "translation" ? "translation" : "text"));
+
+export async function render() {
+  document.head.append(h("link", { rel: "stylesheet", href: new URL("./styles.css", import.meta.url).href }));
+  document.documentElement.lang = "en";
+  const picker = h("select", { class: "runs", "aria-label": "run" });
+  const info = h("span", { class: "runinfo muted" });
+  const tabs = h("nav", { class: "tabs" });
+  const main = h("main", {}, message("loading", "Loading the runs…"));
+  document.body.append(h("header", {}, h("label", { class: "runlabel" }, "Run ", picker), info, tabs), main);
+
+  const app = {
+    texts: new Map(), // run name -> the text typed for it, kept across views
+    painted: false,
+    firstMap() { // the first attention map is in the page: mark when it has been painted
+      if (this.painted) return;
+      this.painted = true;
+      requestAnimationFrame(() => setTimeout(() => {
+        performance.mark("tinylm-first-map");
+        document.body.dataset.firstMapMs = Math.round(performance.now()); // since this frame opened
+      }));
+    },
+  };
+  let runs;
+  try {
+    runs = (await get("runs", {}, { fresh: true })).runs;
+  } catch (e) {
+    return put(main, message("error", e.message));
+  }
+  if (!runs.length) {
+    return put(main, message("note", "No tinylm run with a checkpoint in this logdir yet: a run appears here once it has " +
+      "saved one (at its first validation). Reload the page then."));
+  }
+  const state = { run: runs.find((r) => r.task === "text" && r.kind !== "rnn") || runs[0], view: null };
+  put(picker, runs.map((run) => h("option", { value: run.name }, run.name === "." ? "(the logdir itself)" : run.name)));
+  picker.value = state.run.name;
+
+  function show() {
+    const run = state.run;
+    if (!state.view || !state.view.fits(run)) state.view = home(run);
+    put(info, `${run.kind}, ${run.layers} layer${run.layers === 1 ? "" : "s"} × ${run.heads} head${run.heads === 1 ? "" : "s"}, ` +
+      `${run.checkpoint} (step ${run.step})`);
+    put(tabs, VIEWS.map((view) => h("button", {
+      class: view === state.view ? "tab active" : "tab", disabled: !view.fits(run), dataset: { view: view.id },
+      title: view.fits(run) ? "" : `not for this run (${run.kind}, ${run.task})`,
+      onclick: () => { state.view = view; show(); },
+    }, view.name)));
+    put(main, state.view.build(run, app));
+  }
+
+  picker.addEventListener("change", () => {
+    const before = state.run;
+    state.run = runs.find((r) => r.name === picker.value);
+    if (state.run.task !== before.task) state.view = home(state.run); // a translation run opens on its translation
+    show();
+  });
+  show();
+}
