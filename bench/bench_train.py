@@ -314,18 +314,16 @@ def bench_train_py(run_dir: str, data: str = "default") -> dict:
             "steps": metrics["steps"], "val_loss": round(metrics["val_loss"], 4)}
 
 
-def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
-    """nanoGPT's own train.py at the reference configuration on Tiny Shakespeare (CPU, no compile).
-
-    Needs a nanoGPT checkout and ../shared/data/tinyshakespeare.txt, nanoGPT's own dataset, as
-    the issue measured it. (On our tiny default corpus its train.py peaks at ~1.9 GB RSS, which
-    would flatter us.) Its data is written next to a copy of its train.py files.
-    """
+def nanogpt_workdir(nanogpt: Path, work: Path, text_path: Path = SHAKESPEARE) -> int:
+    """A copy of nanoGPT's train.py, model.py, configurator.py and shakespeare_char config in ``work``, with
+    its data/shakespeare_char prepared from ``text_path`` as its prepare.py does (characters sorted into ids,
+    the first 90% for training, the rest for validation); the checkout is only read. Returns the number of
+    validation characters."""
     import pickle
 
     import numpy as np
 
-    text = SHAKESPEARE.read_text(encoding="utf-8")
+    text = text_path.read_text(encoding="utf-8")
     data = work / "data" / "shakespeare_char"
     data.mkdir(parents=True)
     chars = sorted(set(text))
@@ -341,6 +339,17 @@ def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
     (work / "config").mkdir()
     (work / "config" / "train_shakespeare_char.py").write_bytes(
         (nanogpt / "config" / "train_shakespeare_char.py").read_bytes())
+    return len(ids) - n
+
+
+def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
+    """nanoGPT's own train.py at the reference configuration on Tiny Shakespeare (CPU, no compile).
+
+    Needs a nanoGPT checkout and ../shared/data/tinyshakespeare.txt, nanoGPT's own dataset, as
+    the issue measured it. (On our tiny default corpus its train.py peaks at ~1.9 GB RSS, which
+    would flatter us.) Its data is written next to a copy of its train.py files.
+    """
+    nanogpt_workdir(nanogpt, work)
     args = ["--device=cpu", "--compile=False", "--block_size=32", "--batch_size=32", "--n_layer=4",
             "--n_head=4", "--n_embd=64", "--dropout=0.1", "--max_iters=1000", "--lr_decay_iters=1000",
             "--eval_interval=250", "--eval_iters=20", "--log_interval=100", "--always_save_checkpoint=False"]

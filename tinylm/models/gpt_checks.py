@@ -57,7 +57,7 @@ def option_problems(cfg: dict) -> list[str]:
         if cfg.get(key, choices[0]) not in choices:
             problems.append(f"model.{key}={cfg.get(key)!r}: choose one of {', '.join(choices)}")
     for key in ("qk_norm", "tied_head"):
-        if cfg.get(key, False) not in (True, False):
+        if not isinstance(cfg.get(key, False), bool):
             problems.append(f"model.{key}={cfg.get(key)!r} must be true or false")
     cap = cfg.get("logit_softcap")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < float("inf")):

@@ -84,6 +84,8 @@ class MuonAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         for name, optimizer in self.optimizers.items():
             optimizer.load_state_dict(state_dict[name])
+        # loading gives each optimizer new group dicts: share those
+        self.param_groups = self.optimizers["adamw"].param_groups + self.optimizers["muon"].param_groups
 
 
 def muon(param_groups: list[dict], hidden: list[torch.nn.Parameter], lr: float = 1e-3, muon_lr: float = 0.02,
