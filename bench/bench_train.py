@@ -106,9 +106,11 @@ def matmul_flops_per_step(model_cfg: dict, batch_size: int) -> float:
     return 3 * per_token * batch_size * T
 
 
-def train_config(cfg: dict) -> DictConfig:
-    """conf/train.yaml with these settings: the data module and the module are built as train.py builds them."""
+def train_config(cfg: dict, *extra: str) -> DictConfig:
+    """conf/train.yaml with these settings (and ``extra`` overrides): the data module and the module are built
+    as train.py builds them."""
     overrides = [f"{'data' if key == 'batch_size' else 'model'}.{key}={value}" for key, value in cfg.items()]
+    overrides += extra
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("train", overrides=overrides)
 
@@ -119,8 +121,8 @@ def make_datamodule(cfg: dict) -> TextDataModule:
     return datamodule
 
 
-def make_module(cfg: dict, datamodule: TextDataModule) -> LitLanguageModel:
-    return build_module(train_config(cfg), datamodule)
+def make_module(cfg: dict, datamodule: TextDataModule, *extra: str) -> LitLanguageModel:
+    return build_module(train_config(cfg, *extra), datamodule)
 
 
 class StepTimer(L.Callback):
@@ -158,11 +160,12 @@ def lightning_seconds(cfg: dict, steps: int, warmup: int, log_dir: str, device: 
 
 
 def plain_loop_seconds(cfg: dict, steps: int, warmup: int, device: str = "cpu",
-                       bf16: bool = False) -> tuple[float, torch.nn.Module]:
-    """Seconds for ``steps`` steps of the plainest loop over the same model, optimizer, batches, and the model."""
+                       bf16: bool = False, optim: tuple[str, ...] = ()) -> tuple[float, torch.nn.Module]:
+    """Seconds for ``steps`` steps of the plainest loop over the same model, optimizer (``optim``: its
+    overrides, e.g. ("optim=muon",)), batches, and the model."""
     torch.manual_seed(0)
     datamodule = make_datamodule(cfg)
-    module = make_module(cfg, datamodule)
+    module = make_module(cfg, datamodule, *optim)
     model = module.model.to(device).train()
     optimizer = module.configure_optimizers()
     batches = iter(datamodule.train_dataloader())
@@ -231,6 +234,18 @@ def nanogpt_loop_seconds(nanogpt: Path, cfg: dict, steps: int, warmup: int, work
         optimizer.zero_grad(set_to_none=True)
     synchronize(device)
     return time.perf_counter() - started
+
+
+def bench_optimizers(steps: int, repeats: int, threads: int) -> list[dict]:
+    """The reference step (plain loop) with each optimizer, taking turns; the best of ``repeats`` counts."""
+    choices = {"adamw": (), "muon_float32": ("optim=muon",), "muon_bfloat16": ("optim=muon", "optim.ns_dtype=bfloat16")}
+    best = {name: float("inf") for name in choices}
+    for _ in range(repeats):
+        for name, optim in choices.items():
+            best[name] = min(best[name], plain_loop_seconds(CONFIGS["reference"], steps, 10, optim=optim)[0])
+    return [{"bench": "optimizer step", "config": "reference", "optimizer": name, "threads": threads,
+             "ms_per_step": round(1000 * seconds / steps, 2), "vs_adamw": round(seconds / best["adamw"], 3),
+             "cpu": processor_name()} for name, seconds in best.items()]
 
 
 def bench_config(name: str, cfg: dict, steps: int, repeats: int, peak: float, log_dir: str,
@@ -314,18 +329,16 @@ def bench_train_py(run_dir: str, data: str = "default") -> dict:
             "steps": metrics["steps"], "val_loss": round(metrics["val_loss"], 4)}
 
 
-def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
-    """nanoGPT's own train.py at the reference configuration on Tiny Shakespeare (CPU, no compile).
-
-    Needs a nanoGPT checkout and ../shared/data/tinyshakespeare.txt, nanoGPT's own dataset, as
-    the issue measured it. (On our tiny default corpus its train.py peaks at ~1.9 GB RSS, which
-    would flatter us.) Its data is written next to a copy of its train.py files.
-    """
+def nanogpt_workdir(nanogpt: Path, work: Path, text_path: Path = SHAKESPEARE) -> int:
+    """A copy of nanoGPT's train.py, model.py, configurator.py and shakespeare_char config in ``work``, with
+    its data/shakespeare_char prepared from ``text_path`` as its prepare.py does (characters sorted into ids,
+    the first 90% for training, the rest for validation); the checkout is only read. Returns the number of
+    validation characters."""
     import pickle
 
     import numpy as np
 
-    text = SHAKESPEARE.read_text(encoding="utf-8")
+    text = text_path.read_text(encoding="utf-8")
     data = work / "data" / "shakespeare_char"
     data.mkdir(parents=True)
     chars = sorted(set(text))
@@ -341,6 +354,17 @@ def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
     (work / "config").mkdir()
     (work / "config" / "train_shakespeare_char.py").write_bytes(
         (nanogpt / "config" / "train_shakespeare_char.py").read_bytes())
+    return len(ids) - n
+
+
+def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
+    """nanoGPT's own train.py at the reference configuration on Tiny Shakespeare (CPU, no compile).
+
+    Needs a nanoGPT checkout and ../shared/data/tinyshakespeare.txt, nanoGPT's own dataset, as
+    the issue measured it. (On our tiny default corpus its train.py peaks at ~1.9 GB RSS, which
+    would flatter us.) Its data is written next to a copy of its train.py files.
+    """
+    nanogpt_workdir(nanogpt, work)
     args = ["--device=cpu", "--compile=False", "--block_size=32", "--batch_size=32", "--n_layer=4",
             "--n_head=4", "--n_embd=64", "--dropout=0.1", "--max_iters=1000", "--lr_decay_iters=1000",
             "--eval_interval=250", "--eval_iters=20", "--log_interval=100", "--always_save_checkpoint=False"]
@@ -394,10 +418,15 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: time the training steps on a GPU (train.py and thread counts are CPU-only)")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (Lightning's bf16-mixed)")
+    parser.add_argument("--optimizers", action="store_true",
+                        help="only the reference step with AdamW, Muon (float32 Newton-Schulz) and Muon (bfloat16)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench" / "results.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     L.seed_everything(0, verbose=False)
+    if args.optimizers:
+        write_json_lines(bench_optimizers(args.steps, args.repeats, args.threads), args.out)
+        return
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -107,9 +107,10 @@ def test_max_chars_trains_on_the_first_characters(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["positions", "--steps", "0"], "--steps and --max-chars must be positive integers"),
+    (["positions", "--steps", "0"], "--steps, --seeds and --max-chars must be positive integers"),
+    (["tricks", "--seeds", "0"], "--steps, --seeds and --max-chars must be positive integers"),
     (["rnn", "--data", "MISSING"], "no such file"),
-    (["tricks", "--max-chars", "5"], "--max-chars needs --data"),
+    (["schedules", "--max-chars", "5"], "--max-chars needs --data"),
     (["positions", "model.n_emb=16"], "the train.py overrides do not fit the config (Could not override 'model.n_emb'"),
 ])
 def test_bad_arguments_are_one_error_line(tmp_path, capsys, args, message):
@@ -130,7 +131,7 @@ def test_no_comparison_lists_them_and_ends_with_a_usage_line(capsys, args):
     assert lines[0] == "choose a comparison:"
     assert [line.split()[0] for line in lines[1:-1]] == [*compare.comparisons(1, 1), "all"]
     assert lines[1] == "  positions   Position encodings: learned | sinusoidal | rope"
-    assert lines[-2] == "  all         the four text comparisons: positions | tokenizers | rnn | tricks"
+    assert lines[-2] == "  all         the four text comparisons: positions | tokenizers | rnn | schedules"
     assert lines[-1].startswith("usage: python -m tinylm.compare COMPARISON [options]")
     assert "overrides" not in " ".join(lines[:-1]) and "required" not in " ".join(lines)
 
@@ -174,7 +175,7 @@ def test_all_comparisons_end_to_end_on_a_tiny_budget(tmp_path, capsys, monkeypat
     assert code == 0, stderr
     assert trained[0] == out / "positions" / "learned" and len(trained) == 10
     variants = {"positions": ["learned", "sinusoidal", "rope"], "tokenizers": ["char", "byte", "bpe"],
-                "rnn": ["gpt", "lstm", "gru"], "tricks": ["constant_lr", "warmup_cosine", "grad_clip",
+                "rnn": ["gpt", "lstm", "gru"], "schedules": ["constant_lr", "warmup_cosine", "grad_clip",
                                                           "warmup_cosine_clip"]}
     metrics = {}
     for name, names in variants.items():

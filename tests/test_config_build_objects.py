@@ -189,7 +189,8 @@ def test_the_optimizer_partial_gets_the_parameter_groups_and_the_hparams_stay_pl
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(module.model.parameters()))
     assert module.hparams.optim == {"_target_": "tinylm.training.module.adamw", "lr": 0.002, "weight_decay": 0.1,
-                                    "betas": [0.9, 0.99], "warmup_steps": 0, "decay_steps": 0, "min_lr_ratio": 0.1}
+                                    "betas": [0.9, 0.99], "warmup_steps": 0, "decay_steps": 0, "min_lr_ratio": 0.1,
+                                    "decay": "cosine"}
     path = tmp_path / "hparams.pt"
     torch.save(dict(module.hparams), path)
     assert torch.load(path, weights_only=True)["model"] == module.hparams.model  # no partial, no class object

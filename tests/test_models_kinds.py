@@ -143,7 +143,8 @@ def test_the_encoder_decoder_config_is_itself_not_a_gpt():
 
 
 def test_each_config_class_names_the_keys_its_weights_depend_on():
-    assert GPTConfig.shape_keys() == ("arch", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding")
+    assert GPTConfig.shape_keys() == ("arch", "block_size", "n_embd", "num_heads", "num_layers", "pos_encoding",
+                                      "norm", "tied_head")
     assert RNNConfig.shape_keys() == ("arch", "block_size", "n_embd", "hidden_size", "num_layers")
     assert Seq2SeqConfig.shape_keys() == ("arch", "block_size", "n_embd", "num_heads", "encoder_layers",
                                           "decoder_layers", "pos_encoding")

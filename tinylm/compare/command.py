@@ -12,7 +12,8 @@ from tinylm.compare.spec import comparisons
 from tinylm.errors import TinyLMError
 from tinylm.tasks.text.data import read_text
 
-TEXT_COMPARISONS = [name for name in comparisons(1, 1) if name != "seq2seq"]  # what `all` runs
+# what `all` runs: not seq2seq (other data), nor tricks (several seeds of eleven variants: a budget of its own)
+TEXT_COMPARISONS = [name for name in comparisons(1, 1) if name not in ("seq2seq", "tricks")]
 
 
 def data_override(data: str | None, max_chars: int | None, out: Path) -> list[str]:
@@ -42,11 +43,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("which", nargs="?", choices=[*comparisons(1, 1), "all"],
                         help="all: the four text comparisons; seq2seq trains on translation pairs (--data: a "
-                             "source<TAB>target file; default: the generated numbers_zh demo)")
+                             "source<TAB>target file; default: the generated numbers_zh demo); tricks: each "
+                             "speedrun trick alone and combined, --seeds runs each")
     parser.add_argument("--steps", type=int, default=500, help="training steps per run (default 500)")
     parser.add_argument("--data", help="UTF-8 text file (default: the embedded Chinese corpus)")
     parser.add_argument("--max-chars", type=int, help="train on the first N characters of --data only")
     parser.add_argument("--bpe-vocab-size", type=int, default=512, help="BPE vocabulary (default 512)")
+    parser.add_argument("--seeds", type=int, default=3, help="tricks: runs per variant, seeds 1..N (default 3)")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "compare"), help="report folder")
     parser.add_argument("--rerun", action="store_true", help="train again even where a run exists")
     parser.add_argument("overrides", nargs="*", help="train.py overrides for every run, e.g. model.n_embd=32")
@@ -64,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out).resolve()
     try:
-        if args.steps < 1 or (args.max_chars is not None and args.max_chars < 1):
-            raise TinyLMError("--steps and --max-chars must be positive integers")
+        if args.steps < 1 or args.seeds < 1 or (args.max_chars is not None and args.max_chars < 1):
+            raise TinyLMError("--steps, --seeds and --max-chars must be positive integers")
         if not TRAIN_SCRIPT.is_file():
             raise TinyLMError(f"{TRAIN_SCRIPT} not found: run from a tinylm checkout (pip install -e .)")
         common = [
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             "trainer.enable_progress_bar=false", "callbacks=minimal",
             *data_override(args.data, args.max_chars, out), *args.overrides,
         ]
-        all_comparisons = comparisons(args.steps, args.bpe_vocab_size)
+        all_comparisons = comparisons(args.steps, args.bpe_vocab_size, args.seeds)
         chosen = TEXT_COMPARISONS if args.which == "all" else [args.which]
         failures = []
         for name in chosen:

@@ -86,8 +86,64 @@ def translation_cells(run_dir: Path) -> dict[str, str]:
             if metrics.get(key) is not None}
 
 
+def seeded_section(name: str, comparison: Comparison, out: Path) -> str:
+    """The section of a comparison with seeds: mean ± sd per variant at equal steps and at equal wall time,
+    the cost per step, and its curves.png (validation loss against steps and against seconds)."""
+    from tinylm.compare.runner import ROOT, seed_dirs
+    from tinylm.compare.scores import variant_scores
+
+    names = [*comparison.variants, *(["combined"] if comparison.combine else [])]
+    runs = {v: seed_dirs(out, name, v, comparison.seeds) for v in names}
+    runs = {v: dirs for v, dirs in runs.items() if all((d / "metrics.json").exists() for d in dirs)}
+    if not runs:
+        return ""
+    scores = variant_scores(runs, ROOT)
+    base = scores.get(names[0])
+    first = next(iter(runs.values()))[0]
+    equal_time = next(iter(scores.values()))["equal_time"]
+    lines = [f"## {comparison.title} (`{name}`)", "", comparison.note, "", budget(first).replace(
+        f", seed {OmegaConf.load(first / '.hydra' / 'config.yaml').seed}", f", seeds 1-{comparison.seeds}"),
+        f"Equal steps: {base['steps'] if base else '?'} (evaluate.py, every validation position). Equal wall time: "
+        f"{equal_time:.1f} s, the fastest run's whole training (training's loss/val, interpolated). "
+        "Mean ± sd over the seeds; Δ: against the baseline's mean (negative: better).", "",
+        "| variant | overrides | loss at equal steps | Δ | loss at equal time | Δ | ms/step |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for variant, score in scores.items():
+        cells = []
+        for key in ("loss_at_steps", "loss_at_time"):
+            mean, sd = score[key]
+            cells += [f"{mean:.4f} ± {sd:.4f}", f"{mean - base[key][0]:+.4f}" if base else ""]
+        own = " ".join(comparison.variants.get(variant, []) or read_overrides(runs[variant][0], first))
+        lines.append(f"| {variant} | {own or '(reference)'} | {' | '.join(cells)} | "
+                     f"{score['ms_per_step'][0]:.1f} ± {score['ms_per_step'][1]:.1f} |")
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    by_step, by_time = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for i, (variant, score) in enumerate(scores.items()):
+        color = f"C{i % 10}" if i < 10 else "black"
+        for k, (seconds, values, steps) in enumerate(score["curves"]):
+            by_step.plot(steps, values, lw=1, color=color, ls="-" if i < 10 else "--", label=None if k else variant)
+            by_time.plot(seconds, values, lw=1, color=color, ls="-" if i < 10 else "--")
+    by_time.axvline(equal_time, color="grey", ls="--", lw=1)
+    for ax, xlabel in ((by_step, "training step"), (by_time, "seconds of training")):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(Y_LABELS["loss/val"])
+        ax.grid(True, alpha=0.3)
+    by_step.legend(fontsize=7)
+    fig.suptitle(f"{comparison.title}: every seed")
+    save_png(fig, out / name / CURVES_NAME)
+    return "\n".join([*lines, "", f"![{name} curves]({name}/{CURVES_NAME})", ""])
+
+
+def read_overrides(run_dir: Path, reference: Path) -> list[str]:
+    """The overrides a run has beyond the reference run's (the combination's own)."""
+    theirs, ours = (list(OmegaConf.load(r / ".hydra" / "overrides.yaml")) for r in (reference, run_dir))
+    return [o for o in ours if o not in theirs and not o.startswith("seed=")]
+
+
 def comparison_section(name: str, comparison: Comparison, out: Path) -> str:
     """The Markdown section of one comparison (and its curves.png), from its run folders."""
+    if comparison.seeds > 1:
+        return seeded_section(name, comparison, out)
     runs = {v: out / name / v for v in comparison.variants if (out / name / v).is_dir()}
     if not runs:
         return ""

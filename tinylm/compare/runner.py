@@ -83,27 +83,71 @@ def train(run_dir: Path, overrides: list[str]) -> str | None:
     return (errors or lines or [f"exit code {proc.returncode}"])[-1]
 
 
+def run_variant(name: str, variant: str, run_dir: Path, overrides: list[str], out: Path, rerun: bool,
+                what: str) -> str | None:
+    """Train one variant into ``run_dir`` unless done (here or, with the same config, elsewhere under ``out``);
+    its error line if it failed."""
+    if rerun and run_dir.exists():
+        shutil.rmtree(run_dir)
+    if finished(run_dir, overrides):
+        print(f"{name}/{variant}: already run, reading it", flush=True)
+        return None
+    if run_dir.exists():  # an unfinished run of the same settings: start it afresh, no mixed logs
+        shutil.rmtree(run_dir)
+    twin = same_run_elsewhere(out, training_config(overrides))
+    if twin is not None:
+        copy_run(twin, run_dir, overrides)
+        print(f"{name}/{variant}: the same training config as {twin.parent.name}/{twin.name}, copied", flush=True)
+        return None
+    print(f"{name}/{variant}: training ({what or 'reference settings'})", flush=True)
+    error = train(run_dir, overrides)
+    if error:
+        print(f"{name}/{variant}: failed: {error}", file=sys.stderr, flush=True)
+        return f"{name}/{variant}: {error}"
+    return None
+
+
+def seed_dirs(out: Path, name: str, variant: str, seeds: int) -> list[Path]:
+    """The run folders of a variant: ``<out>/<name>/<variant>``, or one ``seed<k>`` folder in it per seed."""
+    base = out / name / variant
+    return [base] if seeds == 1 else [base / f"seed{k}" for k in range(1, seeds + 1)]
+
+
 def run_comparison(name: str, comparison: Comparison, out: Path, common: list[str], rerun: bool) -> list[str]:
-    """Train every variant not already done; return the error lines of the ones that failed."""
+    """Train every variant not already done (each seed of it), then the combination where the comparison
+    asks for one; return the error lines of the runs that failed."""
     failures = []
-    for variant, own in comparison.variants.items():
-        run_dir = out / name / variant
-        overrides = quote_values([*common, *own], TRAIN_PATH_KEYS)  # as train.py records them
-        if rerun and run_dir.exists():
-            shutil.rmtree(run_dir)
-        if finished(run_dir, overrides):
-            print(f"{name}/{variant}: already run, reading it", flush=True)
-            continue
-        if run_dir.exists():  # an unfinished run of the same settings: start it afresh, no mixed logs
-            shutil.rmtree(run_dir)
-        twin = same_run_elsewhere(out, training_config(overrides))
-        if twin is not None:
-            copy_run(twin, run_dir, overrides)
-            print(f"{name}/{variant}: the same training config as {twin.parent.name}/{twin.name}, copied", flush=True)
-            continue
-        print(f"{name}/{variant}: training ({' '.join(own) or 'reference settings'})", flush=True)
-        error = train(run_dir, overrides)
-        if error:
-            print(f"{name}/{variant}: failed: {error}", file=sys.stderr, flush=True)
-            failures.append(f"{name}/{variant}: {error}")
+    variants = dict(comparison.variants)
+    for variant, own in variants.items():
+        failures += train_seeds(name, variant, own, comparison.seeds, out, common, rerun)
+    if comparison.combine and not failures:
+        combined = combination(name, comparison, out)
+        failures += train_seeds(name, "combined", combined, comparison.seeds, out, common, rerun)
     return failures
+
+
+def train_seeds(name: str, variant: str, own: list[str], seeds: int, out: Path, common: list[str],
+                rerun: bool) -> list[str]:
+    failures = []
+    for k, run_dir in enumerate(seed_dirs(out, name, variant, seeds), start=1):
+        seed = [f"seed={k}"] if seeds > 1 else []
+        overrides = quote_values([*common, *own, *seed], TRAIN_PATH_KEYS)  # as train.py records them
+        label = variant if seeds == 1 else f"{variant}/seed{k}"
+        error = run_variant(name, label, run_dir, overrides, out, rerun, " ".join([*own, *seed]))
+        failures += [error] if error else []
+    return failures
+
+
+def combination(name: str, comparison: Comparison, out: Path) -> list[str]:
+    """The overrides of every variant whose mean evaluate.py loss beat the first variant's (the baseline),
+    better ones last (so of two that set the same key, the better wins)."""
+    from tinylm.compare.scores import evaluate_run
+
+    means = {}
+    for variant in comparison.variants:
+        losses = [evaluate_run(r, ROOT)["loss"] for r in seed_dirs(out, name, variant, comparison.seeds)]
+        means[variant] = sum(losses) / len(losses)
+    baseline = means[next(iter(comparison.variants))]
+    helping = sorted((v for v, m in means.items() if m < baseline), key=lambda v: -means[v])
+    print(f"{name}/combined: {' + '.join(helping) or 'nothing beat the baseline: the baseline again'}", flush=True)
+    return [o for v in helping for o in comparison.variants[v]]

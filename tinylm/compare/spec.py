@@ -11,10 +11,20 @@ class Comparison:
     metric: str  # the metric that decides (loss, bpc or exact_match: metrics.json val_<metric>)
     variants: dict[str, list[str]]  # variant name -> its train.py overrides
     note: str
+    seeds: int = 1  # > 1: every variant trained with seeds 1 .. seeds (<variant>/seed<k>/), reported as mean ± sd
+    combine: bool = False  # add "combined": the overrides of every variant that beat the first, together
 
 
-def comparisons(steps: int, bpe_vocab_size: int) -> dict[str, Comparison]:
-    """Every comparison and its variants, for a budget of ``steps`` training steps."""
+# the speedrun options (tests/test_model_tricks.py): each alone against the reference settings
+TRICKS = {
+    "rmsnorm": ["model.norm=rmsnorm"], "relu2": ["model.activation=relu2"], "qk_norm": ["model.qk_norm=true"],
+    "softcap": ["model.logit_softcap=15"], "tied_head": ["model.tied_head=true"], "muon": ["optim=muon"],
+}
+
+
+def comparisons(steps: int, bpe_vocab_size: int, seeds: int = 3) -> dict[str, Comparison]:
+    """Every comparison and its variants, for a budget of ``steps`` training steps (``seeds`` per variant
+    where a comparison reports a mean)."""
     warmup = max(1, steps // 10)
     schedule = [f"optim.warmup_steps={warmup}", f"optim.decay_steps={steps}"]
     clip = ["trainer.gradient_clip_val=1.0"]
@@ -43,11 +53,21 @@ def comparisons(steps: int, bpe_vocab_size: int) -> dict[str, Comparison]:
             "Same LightningModule, data and callbacks; tokens_per_second is training throughput on this "
             "machine (validation and checkpoints included in the wall time).",
         ),
-        "tricks": Comparison(
-            "Training tricks", "loss",
+        "schedules": Comparison(
+            "Learning-rate schedules and clipping", "loss",
             {"constant_lr": [], "warmup_cosine": schedule, "grad_clip": clip, "warmup_cosine_clip": schedule + clip},
             f"constant_lr is the reference schedule; warmup_cosine: linear warmup for {warmup} steps, then cosine "
             f"decay to 0.1 x lr at step {steps}; grad_clip: gradient norm clipped at 1.0.",
+        ),
+        "tricks": Comparison(
+            "Speedrun tricks at this scale", "loss",
+            {"baseline": [], **TRICKS, "warmup_cosine": schedule, "warmup_linear": [*schedule, "optim.decay=linear"],
+             "grad_clip": clip},
+            "Each trick alone against the reference settings (baseline), then `combined`: every trick whose mean "
+            "beat the baseline's at equal steps (of the two schedules, the better). softcap: 15; muon: Muon (lr "
+            f"0.02, float32 Newton-Schulz) for the block matrices, AdamW for the rest; schedules: {warmup} warmup "
+            f"steps, decay to 0.1 x lr at step {steps}.",
+            seeds=seeds, combine=True,
         ),
         "seq2seq": Comparison(
             "Translation: encoder-decoder vs decoder-only", "exact_match",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING
 
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
@@ -166,8 +166,13 @@ def build_model(config: dict, imports: bool = True) -> LanguageModel:
 
 
 def model_config(model: LanguageModel) -> dict:
-    """What a checkpoint stores of a model: its config's fields, and ``_target_`` for a class its arch does not name."""
+    """What a checkpoint stores of a model: its config's fields (an option of ``option_keys`` only when set),
+    and ``_target_`` for a class its arch does not name."""
     config = asdict(model.config)
+    defaults = {f.name: f.default for f in fields(model.config)}
+    for key in model.config.option_keys:
+        if config[key] == defaults[key]:
+            del config[key]
     if BUILT_IN.get(config.get("arch"), (None,))[0] != class_name(type(model)):
         config["_target_"] = class_name(type(model))
     return config

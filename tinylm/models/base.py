@@ -31,6 +31,9 @@ class ModelConfig:
 
     vocab_size: int
     free_keys: ClassVar[tuple[str, ...]] = ("dropout",)  # settings that change no weight
+    # options added after a release: a checkpoint records one only when it is not at its default
+    # (``tinylm.models.model_config``), so a model without them saves the config it always did
+    option_keys: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         problems = self.problems(asdict(self))

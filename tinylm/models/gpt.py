@@ -12,6 +12,12 @@ V = vocabulary size.
 With rotary positions (``pos_encoding="rope"``) nothing is added to the token embedding: inside
 every attention layer the queries and keys are rotated by their position instead.
 
+Options from the speedrun projects (modded-nanogpt, nanochat), each off by default: ``norm="rmsnorm"``
+(RMSNorm with a gain in place of every LayerNorm), ``activation="relu2"`` (relu(x)² in the
+feed-forward), ``qk_norm`` (queries and keys scaled to unit RMS per head before their dot product),
+``logit_softcap`` (logits squashed into (-cap, cap) by cap·tanh(logits/cap)) and ``tied_head``
+(lm_head reuses the token embedding matrix; its bias stays).
+
 The module knows nothing about Lightning; ``tinylm.training.module`` wraps it for training.
 """
 
@@ -26,6 +32,7 @@ from torch.nn import functional as F
 
 from tinylm.models.base import Decoder, ModelConfig
 from tinylm.models.gpt_checks import gpt_config_problems
+from tinylm.models.kvcache import KVCache
 from tinylm.models.ops import Dropout
 from tinylm.models.positions import RotaryPositions, position_embedding
 from tinylm.models.tracing import trace, tracing
@@ -41,7 +48,15 @@ class GPTConfig(ModelConfig):
     dropout: float = 0.1
     pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope" (no parameters)
     attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, returns weights)
-    free_keys = ("dropout", "attn_impl")  # the same weights train with either attention
+    norm: str = "layernorm"  # "layernorm" or "rmsnorm" (a gain, no bias)
+    activation: str = "relu"  # the feed-forward's: "relu" or "relu2" (relu(x)**2)
+    qk_norm: bool = False  # queries and keys at unit RMS per head
+    logit_softcap: float | None = None  # None: raw logits; cap: cap * tanh(logits / cap)
+    tied_head: bool = False  # lm_head.weight is token_embedding.weight
+    # the same weights train with either attention; the options without weights of their own load either way
+    free_keys = ("dropout", "attn_impl", "activation", "qk_norm", "logit_softcap")
+    # added after release 0.1: a checkpoint records them only when set, so a reference model's config reads as before
+    option_keys = ("norm", "activation", "qk_norm", "logit_softcap", "tied_head")
 
     @property
     def head_size(self) -> int:
@@ -53,34 +68,7 @@ class GPTConfig(ModelConfig):
 
 
 # --------------------------------------------------------------------------------------------
-# Attention, with a KV cache: keys and values of past positions, one pair of tensors per layer
-
-
-class KVCache:
-    """Keys/values of the positions encoded so far, (B, h, length, hs) per layer: incremental decoding.
-
-    Each step appends its positions, so it holds at most the first block_size positions of a text.
-    Once a text outgrows the block, every kept token moves to a new position and the window is
-    encoded afresh (``tinylm.tasks.text.sampling``), with rope too: from the second layer on, cached keys
-    and values depend on tokens that left the window. It starts from the keys and values
-    (L, B, h, P, hs) of P earlier positions (``GPT.step``), or from none (``empty``).
-    """
-
-    def __init__(self, past_keys: torch.Tensor, past_values: torch.Tensor):
-        self.keys, self.values = list(past_keys.unbind(0)), list(past_values.unbind(0))  # L x (B, h, P, hs) each
-        self.length = past_keys.size(3)  # number of positions stored
-
-    @classmethod
-    def empty(cls, layers: int, batch_size: int, num_heads: int, head_size: int, device=None, dtype=torch.float32):
-        """A cache of no positions yet for ``layers`` attention layers."""
-        none = torch.zeros(layers, batch_size, num_heads, 0, head_size, device=device, dtype=dtype)  # (L, B, h, 0, hs)
-        return cls(none, none)
-
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Add k, v (B, h, T, hs) of the next T positions to ``layer``; return all its keys and values."""
-        self.keys[layer] = torch.cat((self.keys[layer], k), dim=2)  # (B, h, length+T, hs)
-        self.values[layer] = torch.cat((self.values[layer], v), dim=2)  # (B, h, length+T, hs)
-        return self.keys[layer], self.values[layer]
+# Attention (its KV cache, the keys and values of past positions, is in tinylm.models.kvcache)
 
 
 class Attention(nn.Module):
@@ -88,9 +76,11 @@ class Attention(nn.Module):
     q, k, v from one fused projection (no bias), rope on request, the weights written out
     (``explicit``), the heads' outputs projected back (``output``)."""
 
-    def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool):
+    def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool,
+                 qk_norm: bool = False):
         super().__init__()
         self.num_heads = num_heads
+        self.qk_norm = qk_norm
         self.head_size = n_embd // num_heads
         self.dropout = dropout
         self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=False)
@@ -104,6 +94,8 @@ class Attention(nn.Module):
         B, T, C = x.shape
         qkv = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, self.num_heads, self.head_size).transpose(1, 2) for t in qkv)  # 3 x (B, h, T, hs)
+        if self.qk_norm:  # each head's query and key at unit RMS: the scores' scale no longer grows with training
+            q, k = F.rms_norm(q, (self.head_size,)), F.rms_norm(k, (self.head_size,))
         if self.rotary is not None:  # keys are stored in the cache already rotated
             q, k = self.rotary(q, start), self.rotary(k, start)
         trace("q", q), trace("k", k), trace("v", v)
@@ -139,8 +131,9 @@ class CausalSelfAttention(Attention):
     ``impl``: "sdpa" (PyTorch's fused kernel, fast) or "explicit" (the weights written out).
     """
 
-    def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool, impl: str):
-        super().__init__(n_embd, num_heads, dropout, block_size, rope)
+    def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool, impl: str,
+                 qk_norm: bool = False):
+        super().__init__(n_embd, num_heads, dropout, block_size, rope, qk_norm)
         self.impl = impl
         mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask, persistent=False)  # (block, block), True = visible
@@ -180,31 +173,37 @@ class CausalSelfAttention(Attention):
 
 
 class FeedForward(nn.Module):
-    """Linear(C, 4C) -> ReLU -> Linear(4C, C) -> Dropout, applied to each position alone."""
+    """Linear(C, 4C) -> ReLU (squared: ``squared``) -> Linear(4C, C) -> Dropout, applied to each position alone."""
 
-    def __init__(self, n_embd: int, dropout: float):
+    def __init__(self, n_embd: int, dropout: float, squared: bool = False):
         super().__init__()
         self.fc = nn.Linear(n_embd, 4 * n_embd)
         self.proj = nn.Linear(4 * n_embd, n_embd)
         self.dropout = Dropout(dropout)
+        self.squared = squared
 
     def forward(self, x):
         h = F.relu(self.fc(x))  # (B, T, 4C)
+        if self.squared:
+            h = h.square()  # relu(x)**2
         trace("feed-forward hidden", h)
         return self.dropout(self.proj(h))  # (B, T, C)
 
 
+NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}  # model.norm -> the class of every norm layer
+
+
 class Block(nn.Module):
-    """Pre-LayerNorm Transformer block: x + attn(ln1(x)), then x + ffwd(ln2(x))."""
+    """Pre-LayerNorm Transformer block: x + attn(ln1(x)), then x + ffwd(ln2(x)) (RMSNorms with norm="rmsnorm")."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         c = config
-        self.ln1 = nn.LayerNorm(c.n_embd)
+        self.ln1 = NORMS[c.norm](c.n_embd)
         self.attn = CausalSelfAttention(c.n_embd, c.num_heads, c.dropout, c.block_size,
-                                        rope=c.pos_encoding == "rope", impl=c.attn_impl)
-        self.ln2 = nn.LayerNorm(c.n_embd)
-        self.ffwd = FeedForward(c.n_embd, c.dropout)
+                                        rope=c.pos_encoding == "rope", impl=c.attn_impl, qk_norm=c.qk_norm)
+        self.ln2 = NORMS[c.norm](c.n_embd)
+        self.ffwd = FeedForward(c.n_embd, c.dropout, squared=c.activation == "relu2")
 
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
         a, weights = self.attn(self.ln1(x), cache, layer, need_weights)
@@ -229,8 +228,10 @@ class GPT(Decoder):
         self.position_embedding = position_embedding(config.pos_encoding, config.block_size, config.n_embd)
         self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
-        self.ln_f = nn.LayerNorm(config.n_embd)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)  # untied from token_embedding
+        self.ln_f = NORMS[config.norm](config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)  # untied from token_embedding ...
+        if config.tied_head:  # ... unless tied: one (V, C) matrix embeds the tokens and scores them
+            self.lm_head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
 
     @staticmethod
@@ -267,10 +268,13 @@ class GPT(Decoder):
         return x, attention
 
     def head(self, x):
-        """A block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
+        """A block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V), soft-capped if asked."""
         x = self.ln_f(x)  # (B, T, C)
         trace("final LayerNorm", x)
         logits = self.lm_head(x)  # (B, T, V)
+        cap = self.config.logit_softcap
+        if cap is not None:
+            logits = cap * torch.tanh(logits / cap)  # (B, T, V), each in (-cap, cap)
         trace("logits", logits)
         return logits
 
@@ -297,11 +301,18 @@ class GPT(Decoder):
         return logits, loss
 
     def parameter_table(self) -> list[tuple[str, int]]:
-        """(part, parameter count) rows: embeddings, each block, final LayerNorm, lm_head."""
+        """(part, parameter count) rows: embeddings, each block, final LayerNorm, lm_head (a tied
+        head's matrix is counted once, with the token embedding)."""
         parts = [("token_embedding", self.token_embedding), ("position_embedding", self.position_embedding)]
         parts += [(f"blocks.{i}", block) for i, block in enumerate(self.blocks)]
         parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
-        return [(name, sum(p.numel() for p in m.parameters()) if m is not None else 0) for name, m in parts]
+        seen: set[int] = set()
+        rows = []
+        for name, module in parts:
+            params = [p for p in (module.parameters() if module is not None else ()) if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            rows.append((name, sum(p.numel() for p in params)))
+        return rows
 
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
         c = self.config

@@ -11,6 +11,8 @@ from tinylm.models.checks import size_problems
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ATTN_IMPLS = ("sdpa", "explicit")
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("relu", "relu2")
 
 
 def attention_problems(cfg: dict) -> list[str]:
@@ -45,4 +47,19 @@ def gpt_config_problems(cfg: dict) -> list[str]:
     problems += attention_problems(cfg)
     if cfg.get("attn_impl") not in ATTN_IMPLS:
         problems.append(f"model.attn_impl={cfg.get('attn_impl')!r}: choose one of {', '.join(ATTN_IMPLS)}")
+    return problems + option_problems(cfg)
+
+
+def option_problems(cfg: dict) -> list[str]:
+    """The speedrun options (absent from configs before them: their defaults)."""
+    problems = []
+    for key, choices in (("norm", NORMS), ("activation", ACTIVATIONS)):
+        if cfg.get(key, choices[0]) not in choices:
+            problems.append(f"model.{key}={cfg.get(key)!r}: choose one of {', '.join(choices)}")
+    for key in ("qk_norm", "tied_head"):
+        if not isinstance(cfg.get(key, False), bool):
+            problems.append(f"model.{key}={cfg.get(key)!r} must be true or false")
+    cap = cfg.get("logit_softcap")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < float("inf")):
+        problems.append(f"model.logit_softcap={cap!r} must be a positive number (e.g. 15) or null (no cap)")
     return problems

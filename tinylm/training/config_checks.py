@@ -159,6 +159,11 @@ RULES: dict[str, Rule] = {
     "optim.warmup_steps": integer(0),
     "optim.decay_steps": integer(0),
     "optim.min_lr_ratio": number(0, 1),
+    "optim.decay": one_of("cosine", "linear"),  # tinylm.training.module.DECAYS
+    "optim.muon_lr": number(0, brackets="(]"),  # optim=muon (tinylm.training.muon)
+    "optim.momentum": number(0, 1, "[)"),
+    "optim.ns_steps": integer(),
+    "optim.ns_dtype": one_of("float32", "bfloat16"),
     "trainer.accelerator": accelerator,
     "trainer.num_nodes": integer(),
     "trainer.strategy": strategy,

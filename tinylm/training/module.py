@@ -4,9 +4,10 @@ The model is the network the config builds (``model._target_``, ``tinylm.models.
 GPT, the LSTM/GRU baseline, the encoder-decoder, or any ``LanguageModel``): the module uses only
 the models' shared interface, a batch in, the loss out (``loss(batch)``). The optimizer is a partial
 (``optim._target_`` with ``_partial_: true``, e.g. ``adamw`` below), called with the parameter
-groups. Its task (``tinylm.tasks``) may score it further at each validation: on translation pairs
-(``data=pairs``), the exact match and the character error rate of its greedy translations
-(``loss/val_exact_match``, ``loss/val_cer``: ``score_tag``).
+groups (and, if it takes ``hidden``, the hidden weight matrices too: ``tinylm.training.muon``). Its
+task (``tinylm.tasks``) may score it further at each validation: on translation pairs (``data=pairs``),
+the exact match and the character error rate of its greedy translations (``loss/val_exact_match``,
+``loss/val_cer``: ``score_tag``).
 
 Checkpoints hold only plain data (tensors, numbers, strings, lists, dicts): the model config, the
 tokenizer (``tokenizer`` key), the data's identity (``data``: token count, hash of the ids) and the
@@ -17,6 +18,7 @@ Its ``hyper_parameters`` hold the model config and the optimizer's settings as p
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable
 
@@ -36,31 +38,43 @@ def score_tag(name: str) -> str:
     return f"loss/val_{name}"
 
 
-def warmup_cosine(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> float:
-    """Learning-rate multiplier: linear warmup to 1, then cosine decay to ``min_lr_ratio``."""
+DECAYS = ("cosine", "linear")  # optim.decay: the shape of the decay from lr to its floor
+
+
+def warmup_cosine(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float, decay: str = "cosine") -> float:
+    """Learning-rate multiplier: linear warmup to 1, then cosine (or ``decay="linear"``: straight-line)
+    decay to ``min_lr_ratio`` at ``decay_steps``."""
     if step < warmup_steps:
         return (step + 1) / (warmup_steps + 1)
     if step >= decay_steps:
         return min_lr_ratio
     progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
-    return min_lr_ratio + 0.5 * (1 + math.cos(math.pi * progress)) * (1 - min_lr_ratio)
+    remaining = 1 - progress if decay == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return min_lr_ratio + remaining * (1 - min_lr_ratio)
+
+
+def scheduled(optimizer: torch.optim.Optimizer, warmup_steps: int, decay_steps: int, min_lr_ratio: float,
+              decay: str):
+    """The optimizer alone (``decay_steps`` <= 0: a constant learning rate), or Lightning's dict with the
+    warmup + decay schedule (``warmup_cosine``), stepped every training step."""
+    if decay_steps <= 0:
+        return optimizer
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, warmup_steps, decay_steps, min_lr_ratio, decay))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 def adamw(param_groups: list[dict], lr: float = 1e-3, weight_decay: float = 0.1,
           betas: tuple[float, float] = (0.9, 0.99), warmup_steps: int = 0, decay_steps: int = 0,
-          min_lr_ratio: float = 0.1):
+          min_lr_ratio: float = 0.1, decay: str = "cosine"):
     """conf/optim/adamw.yaml: fused AdamW over ``param_groups`` (``weight_decay`` where a group sets none),
     in what ``configure_optimizers`` returns.
 
-    ``decay_steps`` > 0 adds warmup + cosine decay, stepped every training step (reaching the floor
-    ``min_lr_ratio`` at that step); 0 keeps the learning rate constant, as the reference run does.
+    ``decay_steps`` > 0 adds warmup + cosine (or linear) decay, stepped every training step (reaching the
+    floor ``min_lr_ratio`` at that step); 0 keeps the learning rate constant, as the reference run does.
     """
     optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas), fused=True)
-    if decay_steps <= 0:
-        return optimizer
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine(step, warmup_steps, decay_steps, min_lr_ratio))
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+    return scheduled(optimizer, warmup_steps, decay_steps, min_lr_ratio, decay)
 
 
 def optimizer_settings(optimizer: Callable) -> dict:
@@ -148,11 +162,21 @@ class LitLanguageModel(L.LightningModule):
         # weight decay on matrices (linear weights, embeddings) only; not on biases or LayerNorms
         decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
-        configured = self.optimizer([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+        groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if "hidden" in inspect.signature(self.optimizer).parameters:  # an optimizer of its own for them (muon)
+            configured = self.optimizer(groups, hidden=self.hidden_matrices())
+        else:
+            configured = self.optimizer(groups)
         optimizer = configured["optimizer"] if isinstance(configured, dict) else configured
         # the configured learning rates, before a resume loads the saved ones (see _apply_configured_lr)
         self._configured_lrs = [group.get("initial_lr", group["lr"]) for group in optimizer.param_groups]
         return configured
+
+    def hidden_matrices(self) -> list[torch.nn.Parameter]:
+        """The 2-D weights inside the residual blocks (attention and feed-forward matrices): not the
+        embeddings, the head or any gain or bias."""
+        return [p for block in self.model.residual_layers() for p in block.parameters() if p.requires_grad
+                and p.dim() == 2]
 
     def _check_finite(self, loss: torch.Tensor, stage: str) -> None:
         """Divergence guard: stop at the first non-finite loss, before any checkpoint is saved."""
