@@ -76,7 +76,7 @@ BAD = {
                    "batch_size, val_fraction, val_batches, repeat, encoding, errors, url, sha256, "
                    "bpe_vocab_size, max_mib, cache_dir)",
     "+optim.eps=1e-8": "optim.eps is unknown: remove it (optim takes lr, weight_decay, betas, warmup_steps, "
-                       "decay_steps, min_lr_ratio, decay, muon_lr, momentum, ns_steps, ns_dtype)",
+                       "decay_steps, min_lr_ratio, decay)",
     # item 9: each of the two decoding keys is named by its own line
     "data.errors=foo": f"data.errors='foo' {HANDLERS}",
     "data.errors=xmlcharrefreplace": f"data.errors='xmlcharrefreplace' {HANDLERS}",

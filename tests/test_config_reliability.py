@@ -18,7 +18,8 @@ from tinylm.tasks.translation.data import PairDataModule
 from tinylm.training.config_checks import RULES, config_problems, validate
 from tinylm.training.config_keys import SET_BY_TRAIN
 
-GPT_KEYS = "arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl"
+GPT_KEYS = ("arch, block_size, n_embd, num_heads, num_layers, dropout, pos_encoding, attn_impl, norm, activation, "
+            "qk_norm, logit_softcap, tied_head")
 PAIRS = ("tinylm.tasks.translation.data.PairDataModule takes path, demo, demo_pairs, demo_max, batch_size, "
          "val_fraction, val_batches, encoding, max_mib")
 

@@ -68,7 +68,7 @@ BAD = {  # override(s) -> the one line both checks give
     "data=pairs data.demo=roman": "data.demo='roman' must be one of numbers_zh",
     "seed=-1": "seed=-1 must be an integer in [0, 4294967295]",
     "+optim.momentum=0.9": "optim.momentum is unknown: remove it (optim takes lr, weight_decay, betas, "
-                           "warmup_steps, decay_steps, min_lr_ratio)",
+                           "warmup_steps, decay_steps, min_lr_ratio, decay)",
 }
 
 

@@ -41,6 +41,9 @@ KWARGS_GO_TO = {
 }
 # Groups whose keys are exactly those with a rule: what train.py reads of them.
 RULED = {"optim": "optim", "callbacks.early_stopping": "early stopping"}
+# The optim keys only conf/optim/muon.yaml's function takes: refused under any other optimizer.
+MUON = "tinylm.training.muon.muon"
+MUON_ONLY = ("muon_lr", "momentum", "ns_steps", "ns_dtype")
 
 
 @cache
@@ -113,6 +116,8 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str], quick: bool = False) -
         node = OmegaConf.select(cfg, where, default=None)
         if isinstance(node, DictConfig):
             known = [key[len(where) + 1:] for key in rules if key.startswith(where + ".")]
+            if where == "optim" and node.get("_target_") != MUON:
+                known = [key for key in known if key not in MUON_ONLY]
             problems |= _unknown(where, node, known, group)
     for where, node in () if quick else _built(plain, ""):
         if where in RULED or where in ("trainer", "model"):  # the model's keys: its config class's fields, below
