@@ -30,8 +30,9 @@ screen with real mouse and keyboard input (bench/tinylm_tab.py): for a text run,
 character hovered, heads switched off until a prediction changes, the logit lens, training and heads;
 for a translation run (when the logdir has no text run), the translation, training and heads. Its
 first line also says ``first_map_ms``: from opening TensorBoard's page to the tab's first attention
-map on screen. Each ``<out>/<prefix>-<tab>.png`` is re-saved optimised by Pillow (as 256 colours if
-still over ``--max-kb``). One JSON line per screenshot: tab, file, width, height, what it shows
+map on screen, and ``tab_first_map_ms``: from the tab's frame starting to load to that map. Each
+``<out>/<prefix>-<tab>.png`` is re-saved optimised by Pillow (as 256 colours if still over ``--max-kb``).
+One JSON line per screenshot: tab, file, width, height, what it shows
 (``content``, e.g. "5 images"), its distinct colours and the share of pixels off its most common
 colour (``busy``), and ``rendered``: content found and the picture not (nearly) one colour. The
 server and the browser are stopped in any case.
@@ -428,6 +429,7 @@ def shoot_tinylm(browser: Chromium, server: TensorBoard, args: argparse.Namespac
                       "seconds": round(time.monotonic() - started, 1)}
             if not results:
                 result["first_map_ms"] = tinylm_tab.first_map_ms(browser, page)
+                result["tab_first_map_ms"] = tinylm_tab.first_map_ms(browser, page, since="tab")
             if problem:
                 result["problem"] = problem
             print(json.dumps(result, ensure_ascii=False), flush=True)

@@ -79,13 +79,15 @@ def type_text(browser, page: str, selector: str, text: str) -> None:
     browser.send("Input.insertText", page, text=text)
 
 
-def first_map_ms(browser, page: str) -> float | None:
-    """Milliseconds from opening TensorBoard's page to the tab's first attention map on screen (the
-    mark the tab sets once that map has been painted), or None before it."""
-    return tab(browser, page, """(() => {
+def first_map_ms(browser, page: str, since: str = "page") -> float | None:
+    """Milliseconds to the tab's first attention map on screen (the mark the tab sets once that map has
+    been painted), or None before it: from opening TensorBoard's page (``since="page"``: TensorBoard's own
+    page loads first), or from the tab's frame starting to load (``since="tab"``: the tab's own part)."""
+    origin = "performance.timeOrigin" if since == "page" else "frameWindow.performance.timeOrigin"
+    return tab(browser, page, f"""(() => {{
         const mark = frameWindow && frameWindow.performance.getEntriesByName('tinylm-first-map')[0];
-        return mark ? Math.round(frameWindow.performance.timeOrigin + mark.startTime - performance.timeOrigin) : null;
-    })()""")
+        return mark ? Math.round(frameWindow.performance.timeOrigin + mark.startTime - {origin}) : null;
+    }})()""")
 
 
 def scroll_to(browser, page: str, selector: str | None) -> None:
