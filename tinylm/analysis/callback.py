@@ -15,6 +15,7 @@ strings come from a generator of its own, so it never changes a run's weights.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -37,6 +38,10 @@ from tinylm.tokenizer import tokenizer_from_state
 def scalar_tags(rows: list[dict]) -> dict[str, float]:
     """``probe_heads_layer<L>/<score>_head<H>`` -> value, for every row and score."""
     return {f"probe_heads_layer{r['layer']}/{score}_head{r['head']}": r[score] for r in rows for score in SCORES}
+
+
+# what reads the scalars back (the tinylm TensorBoard plugin): a tag of ``scalar_tags`` -> (layer, score, head)
+SCALAR_TAG = re.compile(r"probe_heads_layer(\d+)/(" + "|".join(SCORES) + r")_head(\d+)")
 
 
 def add_scalars(writer, values: dict[str, float], step: int) -> None:

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 from tensorboard.data import provider
 
+from tinylm.analysis.callback import SCALAR_TAG
 from tinylm.analysis.heads import SCORES
 from tinylm.explorer.runs import RunFolder
 from tinylm.tasks.text.attention import WEIGHTS_TAG
 
 PLUGIN = "tinylm"
 ALL_STEPS = 100_000  # what the reads ask for: every step TensorBoard kept
-HEAD_TAG = re.compile(r"probe_heads_layer(\d+)/(" + "|".join(SCORES) + r")_head(\d+)")
 
 
 def event_runs(data, ctx, experiment: str, run: RunFolder) -> list[str]:
@@ -65,13 +64,13 @@ def heads(data, ctx, experiment: str, run: RunFolder) -> dict:
     if runs:
         listed = data.list_scalars(ctx, experiment_id=experiment, plugin_name="scalars",
                                    run_tag_filter=provider.RunTagFilter(runs=runs))
-        tags = sorted({tag for name in runs for tag in listed.get(name, {}) if HEAD_TAG.fullmatch(tag)})
+        tags = sorted({tag for name in runs for tag in listed.get(name, {}) if SCALAR_TAG.fullmatch(tag)})
         if tags:
             read = data.read_scalars(ctx, experiment_id=experiment, plugin_name="scalars", downsample=ALL_STEPS,
                                      run_tag_filter=provider.RunTagFilter(runs=runs, tags=tags))
             for name in runs:
                 for tag, points in read.get(name, {}).items():
-                    layer, score, head = HEAD_TAG.fullmatch(tag).groups()
+                    layer, score, head = SCALAR_TAG.fullmatch(tag).groups()
                     found.setdefault((score, int(layer), int(head)), {}).update(
                         (point.step, round(point.value, 6) if math.isfinite(point.value) else None)
                         for point in points)
