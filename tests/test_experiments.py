@@ -29,6 +29,10 @@ PROMISES = {
     "shakespeare_speedrun": {"data.path": str(ROOT / ".cache" / "tinyshakespeare.txt"), "model.block_size": 64,
                              "model.n_embd": 128, "model.dropout": 0.0, "optim.decay": "linear",
                              "trainer.gradient_clip_val": 1.0, "callbacks.sample_text": None},
+    "induction_heads": {"model.num_layers": 2, "model.num_heads": 2, "model.pos_encoding": "rope", "model.dropout": 0.0,
+                        "data.batch_size": 64, "trainer.max_steps": 600,
+                        "callbacks.head_scores._target_": "tinylm.analysis.callback.HeadScores",
+                        "callbacks.head_scores.induction_length": 8},
     "chinese_large": {"data.path": str(ROOT / "data" / "chinese_large.txt"), "data.tokenizer": "char",
                       "model.block_size": 128, "model.n_embd": 256, "model.num_heads": 8, "model.num_layers": 6},
     "numbers_zh": {"model.arch": "seq2seq", "data._target_": "tinylm.tasks.translation.data.PairDataModule",
@@ -76,6 +80,7 @@ def test_presets_only_change_what_they_name(tmp_path):
     pinned = {
         "tinyllm_byte": {"model.n_embd", "model.num_heads"},
         "shakespeare_char": {"model.num_heads", "model.num_layers", "optim.lr", "optim.min_lr_ratio"},
+        "induction_heads": {"callbacks.head_scores._target_"},  # a whole entry: on under callbacks=minimal too
     }
     defaults = compose(output_dir=tmp_path)
     for name in EXPERIMENTS:
