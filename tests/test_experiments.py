@@ -28,6 +28,7 @@ PROMISES = {
                          "trainer.gradient_clip_val": 1.0, "trainer.val_check_interval": 250},
     "shakespeare_speedrun": {"data.path": str(ROOT / ".cache" / "tinyshakespeare.txt"), "model.block_size": 64,
                              "model.n_embd": 128, "model.dropout": 0.0, "optim.decay": "linear",
+                             "optim._target_": "tinylm.training.muon.muon", "trainer.max_steps": 420,
                              "trainer.gradient_clip_val": 1.0, "callbacks.sample_text": None},
     "induction_heads": {"model.num_layers": 2, "model.num_heads": 2, "model.pos_encoding": "rope", "model.dropout": 0.0,
                         "data.batch_size": 64, "trainer.max_steps": 600,
