@@ -75,6 +75,9 @@ def test_every_python_command_parses(page, argv):
     if argv[1] == "-m":  # python -m <module> ...
         assert importlib.util.find_spec(argv[2]) is not None, f"{page}: no module {argv[2]}"
         return
+    if argv[1] == "-c":  # python -c "<program>": valid Python
+        compile(argv[2], f"{page}: python -c", "exec")
+        return
     script = argv[1]
     assert (ROOT / script).is_file(), f"{page}: {script} is not a file of the repository"
     if script not in ENTRY_POINTS:
