@@ -302,6 +302,7 @@ STARTS_FIRST = (
     "test_resumable_sweeps.py::test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share",
     "test_resumable_sweeps.py::test_a_killed_sweep_finishes_with_the_numbers_of_an_uninterrupted_one",
     "test_compare.py::test_all_comparisons_end_to_end_on_a_tiny_budget",
+    "test_analysis_induction.py::test_a_two_layer_model_grows_a_previous_token_and_an_induction_head",
     "test_reliability.py::test_sigkill_then_resume_equals_an_uninterrupted_run",
     "test_sweeps.py::test_ddp_on_two_cpu_processes_shares_one_run_folder",
     "test_reliability.py::test_ctrl_c_saves_last_checkpoint_and_resume_last_continues",
