@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import compose_config, entry_point, train_in_process
 
+from tinylm.analysis.heads import strongest
 from tinylm.analysis.hooks import heads_switched_off
 from tinylm.analysis.probe import Probe
 from tinylm.checkpoint import checkpoint_in_run, load_model
@@ -32,7 +32,6 @@ SHORTEST, LONGEST = 5, 10
 N = 8  # the probes' strings: n characters written twice
 RUN = ["experiment=induction_heads", "trainer.val_check_interval=600", "callbacks=minimal", "logger=none", "threads=1"]
 SEEDS = (1, 2, 3, 4)
-NAMED = re.compile(r"previous-token head: (\d+)\.(\d+) \(([\d.]+)\); induction head: (\d+)\.(\d+) \(([\d.]+)\)")
 
 
 def random_string(rng: random.Random, length: int) -> str:
@@ -61,12 +60,16 @@ def trained_with_a_circuit(tmp_path) -> tuple[Path, dict, tuple[int, int], tuple
         train_in_process(run, *RUN, f"seed={seed}", f"data.path={text}")
         result = analyze.run(compose_config("analyze", f"run_dir={run}", f"text={probe_text}",
                                             f"out_dir={run / 'analysis'}", f"induction_length={N}"))
-        named = NAMED.search(result["printed"])
-        assert named, result["printed"]
-        found.append(named[0])
-        previous, induction = (int(named[1]), int(named[2])), (int(named[4]), int(named[5]))
+        rows, printed = result["heads"], result["printed"]
+        top_previous, top_induction = strongest(rows, "previous_token"), strongest(rows, "induction")
+        previous = (top_previous["layer"], top_previous["head"])
+        induction = (top_induction["layer"], top_induction["head"])
+        assert f"previous-token head: {previous[0]}.{previous[1]} (" in printed, printed  # analyze.py names them
+        assert f"induction head: {induction[0]}.{induction[1]} (" in printed, printed
+        scores = (top_previous["previous_token"], top_induction["induction"])
+        found.append((previous, induction, scores))
         # a head attending uniformly over 16 positions scores about 0.1 on both
-        if previous[0] == 0 and float(named[3]) > 0.5 and induction[0] == 1 and float(named[6]) > 0.4:
+        if previous[0] == 0 and induction[0] == 1 and scores[0] > 0.5 and scores[1] > 0.4:
             return run, result, previous, induction
     pytest.fail(f"no circuit in seeds {SEEDS}: {found}")
 
