@@ -62,6 +62,21 @@ export function message(kind, text) {
   return h("div", { class: `msg ${kind}`, role: kind === "error" ? "alert" : "status" }, text);
 }
 
+/** A slider over a run's logged steps (starting at the last) and its "step S (i of n)" label; moving the
+ * slider calls onStep(index). show(index) puts both at that step. */
+export function stepSlider(steps, onStep) {
+  const last = steps.length - 1;
+  const slider = h("input", { type: "range", min: 0, max: last, value: last, step: 1, class: "slider", "aria-label": "step" });
+  const label = h("span", { class: "steplabel" });
+  slider.addEventListener("input", () => onStep(Number(slider.value)));
+  function show(index) {
+    slider.value = String(index);
+    label.textContent = `step ${steps[index]} (${index + 1} of ${steps.length})`;
+    label.dataset.step = steps[index];
+  }
+  return { slider, label, show };
+}
+
 /** fn called once the calls have stopped for ms milliseconds (typing). */
 export function debounce(fn, ms) {
   let timer = null;

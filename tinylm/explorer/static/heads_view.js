@@ -2,7 +2,7 @@
 // induction, entropy): a line chart per score with a line per head, and a layer x head table at a step.
 
 import { get } from "./api.js";
-import { h, message, put } from "./dom.js";
+import { h, message, put, stepSlider } from "./dom.js";
 import { headColour, lineChart, probColours } from "./draw.js";
 
 const ABOUT = {
@@ -25,17 +25,13 @@ function show(body, data) {
       "(callbacks.head_scores.every_n_steps=N); train with it on to see them here."));
     return;
   }
-  const last = data.steps.length - 1;
-  const state = { index: last, hover: null };
-  const slider = h("input", { type: "range", min: 0, max: last, value: last, step: 1, class: "slider", "aria-label": "step" });
-  const label = h("span", { class: "steplabel" });
+  const state = { index: data.steps.length - 1, hover: null };
+  const steps = stepSlider(data.steps, (index) => { state.index = index; draw(); });
   const cards = h("div", { class: "scores" });
   const legend = h("div", { class: "headlegend" });
 
   function draw() {
-    const step = data.steps[state.index];
-    label.textContent = `step ${step} (${state.index + 1} of ${data.steps.length})`;
-    label.dataset.step = step;
+    steps.show(state.index);
     put(legend, headIds(data).map(([l, hd]) => {
       const chip = h("span", { class: "chip", dataset: { head: `${l}.${hd}` } }, h("span", { class: "swatch" }), `L${l} H${hd}`);
       chip.firstChild.style.background = headColour(l, hd, data.layers, data.heads);
@@ -47,8 +43,8 @@ function show(body, data) {
     put(cards, data.scores.map((score) => scoreCard(data, score, state)));
   }
 
-  slider.addEventListener("input", () => { state.index = Number(slider.value); draw(); });
-  put(body, h("div", { class: "card" }, h("div", { class: "stepbar" }, h("span", { class: "muted" }, "tables at"), slider, label),
+  put(body, h("div", { class: "card" }, h("div", { class: "stepbar" }, h("span", { class: "muted" }, "tables at"), steps.slider,
+    steps.label),
     h("div", { class: "muted" }, "Lines: one per head, colour by head, lighter for later layers. Point at a head below to pick out its line."),
     legend), cards);
   draw();

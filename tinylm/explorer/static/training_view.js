@@ -3,7 +3,7 @@
 
 import { get } from "./api.js";
 import { headGrid, labelledMap } from "./attention.js";
-import { h, message, put } from "./dom.js";
+import { h, message, put, stepSlider } from "./dom.js";
 
 export function trainingView(run) {
   const body = h("div", { class: "card-body" }, message("loading", "Loading the logged attention…"));
@@ -22,8 +22,7 @@ function show(body, data) {
   }
   const last = data.steps.length - 1;
   const state = { index: last, selected: [0, 0], timer: null };
-  const slider = h("input", { type: "range", min: 0, max: last, value: last, step: 1, class: "slider", "aria-label": "step" });
-  const label = h("span", { class: "steplabel" });
+  const steps = stepSlider(data.steps, (index) => { state.index = index; draw(); });
   const play = h("button", { class: "btn" }, "▶ play");
   const grid = h("div", {});
   const large = h("div", {});
@@ -31,8 +30,7 @@ function show(body, data) {
 
   function draw() {
     const step = data.steps[state.index];
-    label.textContent = `step ${step} (${state.index + 1} of ${data.steps.length})`;
-    label.dataset.step = step;
+    steps.show(state.index);
     const maps = data.attention[state.index];
     put(grid, headGrid(maps, { selected: state.selected, onPick: (l, hd) => { state.selected = [l, hd]; draw(); } }));
     const [layer, head] = state.selected;
@@ -46,19 +44,17 @@ function show(body, data) {
     play.textContent = "▶ play";
   }
 
-  slider.addEventListener("input", () => { state.index = Number(slider.value); draw(); });
   play.addEventListener("click", () => {
     if (state.timer) return stopPlaying();
     if (state.index === last) state.index = 0;
     play.textContent = "❚❚ pause";
     state.timer = setInterval(() => {
-      slider.value = String(state.index);
       draw();
       if (state.index === last) stopPlaying();
       else state.index += 1;
     }, 600);
   });
-  put(body, h("div", { class: "stepbar" }, play, slider, label),
+  put(body, h("div", { class: "stepbar" }, play, steps.slider, steps.label),
     h("div", { class: "cols" }, h("div", {}, grid), h("div", {}, largeTitle, large)));
   draw();
 }
