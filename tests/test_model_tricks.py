@@ -252,6 +252,22 @@ def test_float32_newton_schulz_orthogonalises_like_pytorchs_bfloat16():
     assert (ours - theirs.float()).abs().max() < 0.05  # the same iteration, bfloat16's rounding apart
 
 
+@pytest.mark.parametrize("shape", [(48, 16), (16, 48), (24, 24), (20, 28)])  # tall, wide: by the Gram matrix
+def test_newton_schulz_is_the_quintic_applied_to_the_singular_values(shape):
+    """x = U S Vᵀ maps to U p(S) Vᵀ, p the quintic composed 5 times on S / ||x||: computed in float64 by
+    SVD, it must match orthogonalise's float32 result whichever way it iterates."""
+    from torch.optim._muon import DEFAULT_A, DEFAULT_B, DEFAULT_C
+
+    g = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    u, s, vh = torch.linalg.svd(g.double(), full_matrices=False)
+    s = s / g.double().norm()
+    for _ in range(5):
+        s = DEFAULT_A * s + DEFAULT_B * s**3 + DEFAULT_C * s**5
+    expected = u @ torch.diag(s) @ vh
+    ours = orthogonalise(g, (DEFAULT_A, DEFAULT_B, DEFAULT_C), 5, 1e-7)
+    assert (ours.double() - expected).abs().max() < 1e-5
+
+
 @pytest.mark.parametrize("ns_dtype", ["float32", "bfloat16"])
 def test_muon_takes_the_hidden_matrices_and_its_steps_lower_the_loss(ns_dtype):
     tokenizer = CharTokenizer.from_text(TINY_TEXT)
