@@ -156,3 +156,16 @@ def test_no_warning_when_idle_when_threads_are_chosen_or_in_a_sweep_jobs_share(
         job.run(compose(*ANY_THREADS, *overrides, output_dir=tmp_path))
     assert warnings_of(caplog) == []
     assert any("sweep job: 1 thread(s)" in r.getMessage() for r in caplog.records) == (share is not None)
+
+
+@pytest.mark.parametrize("script, options", [("generate.py", ["max_new_tokens=5"]),
+                                             ("visualize.py", ["text=Attention"])])
+def test_answering_from_a_checkpoint_imports_no_lightning(gpt_run, tmp_path, script, options):
+    """generate.py and visualize.py load a checkpoint and a task without the training stack: Lightning's
+    import (its torch._dynamo and torchmetrics) is seconds of a user's wait."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), f"run_dir={gpt_run.path}",
+                           f"hydra.run.dir={tmp_path}", *options], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "tinylm.checkpoint" in imported and "lightning" not in imported

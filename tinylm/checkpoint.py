@@ -186,6 +186,12 @@ class LoadedModel:
     task: str = "text"  # what it was trained for (tinylm.tasks): what the commands do with it
     why: str = ""  # why this checkpoint (Chosen.why), for the line that names it
 
+    def require_attention(self) -> None:
+        """One TinyLMError if the model has no attention to draw (the LSTM/GRU baseline)."""
+        if not self.model.has_attention:
+            raise TinyLMError(f"checkpoint {self.path} holds an {self.model.config.arch} model, which has no "
+                              "attention to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
+
 
 def load_model(path: str | Path, why: str = "") -> LoadedModel:
     """Rebuild the model (GPT, LSTM, GRU, encoder-decoder, or a model class of the program's own) and its

@@ -78,13 +78,6 @@ def weights_summary(weights: list[torch.Tensor], tokens: list[str]):
     return Summary(value=[Summary.Value(tag=WEIGHTS_TAG, metadata=metadata, tensor=tensor)])
 
 
-def require_attention(loaded) -> None:
-    """One TinyLMError for a checkpoint (``tinylm.checkpoint.LoadedModel``) whose model has no attention to draw."""
-    if not loaded.model.has_attention:
-        raise TinyLMError(f"checkpoint {loaded.path} holds an {loaded.model.config.arch} model, which has no "
-                          "attention to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
-
-
 class AttentionInspector(PeriodicInspector):
     """A view of the model's attention: a model without attention (the LSTM/GRU baseline) is skipped,
     said once. One callback list serves every model of a task."""

@@ -10,7 +10,6 @@ from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
-from tinylm.tasks.text.attention import require_attention
 from tinylm.tasks.text.printing import Sampler, print_samples
 
 
@@ -36,7 +35,7 @@ class TextTask(Task):
 
     def figures(self, loaded, ids: list[int], note: str):
         """``attention_layer<N>``: the attention over ``ids``, a panel per head, as ``AttentionMaps`` logs it."""
-        require_attention(loaded)
+        loaded.require_attention()
         labels = plotting.token_labels(loaded.tokenizer, ids)
         for layer, weights in enumerate(plotting.attention_weights(loaded.model, torch.tensor(ids))):
             yield f"attention_layer{layer}", plotting.attention_figure(weights, labels, layer, note=note)

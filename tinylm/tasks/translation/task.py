@@ -12,7 +12,6 @@ from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import PAD_ID
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
-from tinylm.tasks.text.attention import require_attention
 from tinylm.tasks.text.printing import printable, say_checkpoint
 from tinylm.tasks.translation.decoding import translate_lines, translation_scores
 from tinylm.tasks.translation.figures import translation_figures
@@ -61,7 +60,7 @@ class TranslationTask(Task):
     def figures(self, loaded, ids: list[int], note: str):
         """``encoder_layer<N>`` and ``cross_attention_layer<N>`` of the source ``ids`` (a decoder-only model:
         ``pair_attention_layer<N>``), as ``TranslationMaps`` logs them."""
-        require_attention(loaded)
+        loaded.require_attention()
         return translation_figures(loaded.model, loaded.tokenizer, ids, note=note)
 
     def evaluate(self, cfg, loaded, datamodule) -> tuple[str, dict]:
