@@ -16,7 +16,8 @@ from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
 from tinylm.plots import figures as plotting
-from tinylm.tasks.translation.data import PairDataModule, collate_decoder_only
+from tinylm.tasks.translation.batches import collate_decoder_only
+from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tasks.translation.decoding import beam_search, continue_sources, translate, translate_lines
 from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tokenizer import CharTokenizer

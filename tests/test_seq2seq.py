@@ -21,7 +21,8 @@ from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Seq2Seq, Seq2SeqConfig
 from tinylm.onnx.export import check_exportable
 from tinylm.plots import figures as plotting
-from tinylm.tasks.translation.data import PairDataModule, collate, collate_decoder_only
+from tinylm.tasks.translation.batches import collate, collate_decoder_only
+from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tasks.translation.decoding import (
     IGNORE,
     beam_search,

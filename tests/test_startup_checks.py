@@ -159,10 +159,11 @@ def test_no_warning_when_idle_when_threads_are_chosen_or_in_a_sweep_jobs_share(
 
 
 @pytest.mark.parametrize("script, options", [("generate.py", ["max_new_tokens=5"]),
-                                             ("visualize.py", ["text=Attention"])])
+                                             ("visualize.py", ["text=Attention"]),
+                                             ("analyze.py", ["text=Attention", "out_dir=analysis"])])
 def test_answering_from_a_checkpoint_imports_no_lightning(gpt_run, tmp_path, script, options):
-    """generate.py and visualize.py load a checkpoint and a task without the training stack: Lightning's
-    import (its torch._dynamo and torchmetrics) is seconds of a user's wait."""
+    """generate.py, visualize.py and analyze.py load a checkpoint and a task without the training stack:
+    Lightning's import (its torch._dynamo and torchmetrics) is seconds of a user's wait."""
     proc = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / script), f"run_dir={gpt_run.path}",
                            f"hydra.run.dir={tmp_path}", *options], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)

@@ -22,7 +22,7 @@ from tinylm.analysis.probe import Probe
 from tinylm.errors import TinyLMError
 from tinylm.models.base import eval_no_grad
 from tinylm.tasks.text.printing import unescape
-from tinylm.tasks.translation.data import collate
+from tinylm.tasks.translation.batches import collate
 from tinylm.tasks.translation.decoding import encode_source, longest_source, translate, translation_scores
 
 

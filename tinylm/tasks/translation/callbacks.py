@@ -14,7 +14,7 @@ from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.text.attention import AttentionInspector, add_rgb_image
-from tinylm.tasks.translation.data import pad
+from tinylm.tasks.translation.batches import pad
 from tinylm.tasks.translation.decoding import continue_sources, translate
 from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tokenizer import tokenizer_from_state

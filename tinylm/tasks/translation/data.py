@@ -1,16 +1,5 @@
-"""Translation data (``data=pairs``): ``source<TAB>target`` lines, one character vocabulary, padded batches.
-
-A batch for an encoder-decoder is three id tensors, each row padded with PAD_ID at the end:
-
-    source     (B, S)  the source symbols
-    target_in  (B, T)  BEGIN + target: what the decoder reads
-    target_out (B, T)  target + END: what it must predict at each position (padding is not scored)
-
-With ``decoder_only`` (a GPT or an RNN on the same pairs) a pair is one sequence, BEGIN
-separating the two sides, and only the target is scored (IGNORE is cross-entropy's ignore index):
-
-    idx     (B, L)  source + BEGIN + target, padded with PAD_ID
-    targets (B, L)  IGNORE under the source, then target + END, padded with IGNORE
+"""Translation data (``data=pairs``): ``source<TAB>target`` lines, one character vocabulary, padded batches
+(their layout: ``tinylm.tasks.translation.batches``).
 
 The vocabulary is a ``CharTokenizer`` whose first three symbols are the control characters NUL
 (padding), STX (begin) and ETX (end), then every character of the pairs: plain data in the
@@ -40,8 +29,8 @@ from tinylm.tasks.text.data import (
     read_data_bytes,
     stream_position,
 )
+from tinylm.tasks.translation.batches import collate, collate_decoder_only
 from tinylm.tasks.translation.numbers_zh import numbers_zh_pairs
-from tinylm.tasks.translation.symbols import IGNORE
 from tinylm.tokenizer import CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -81,29 +70,6 @@ def parse_pairs(text: str, path: Path) -> list[tuple[str, str]]:
                     "is the target, tabs and further columns included; write two columns, source<TAB>target",
                     path, len(more_tabs), more_tabs[0])
     return pairs
-
-
-def pad(rows: list[list[int]], value: int = PAD_ID) -> torch.Tensor:
-    """Rows of ids -> (B, longest row), padded with ``value`` at the end."""
-    out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
-
-
-def collate(examples: list[tuple[list[int], list[int]]]):
-    """(source ids, target ids) pairs -> source (B, S), target_in (B, T), target_out (B, T)."""
-    sources = pad([s for s, _ in examples])  # (B, S)
-    target_in = pad([[BEGIN_ID, *t] for _, t in examples])  # (B, T)
-    target_out = pad([[*t, END_ID] for _, t in examples])  # (B, T)
-    return sources, target_in, target_out
-
-
-def collate_decoder_only(examples: list[tuple[list[int], list[int]]]):
-    """(source ids, target ids) pairs -> idx (B, L) = source + BEGIN + target, targets (B, L), target scored only."""
-    idx = pad([[*s, BEGIN_ID, *t] for s, t in examples])  # (B, L)
-    targets = pad([[IGNORE] * len(s) + [*t, END_ID] for s, t in examples], IGNORE)  # (B, L)
-    return idx, targets
 
 
 class RandomPairs(SeededBatches):
