@@ -3,7 +3,7 @@ before any data is read, each bad value is one line naming its key and the fix, 
 
 import pytest
 import torch
-from conftest import ROOT, compose
+from conftest import ROOT, TINY_TEXT, compose
 from hydra.errors import ConfigCompositionException
 
 from tinylm.errors import TinyLMError
@@ -123,7 +123,9 @@ def test_good_values_pass(tmp_path, override):
 @pytest.mark.parametrize("preset", [f"experiment={n}" for n in EXPERIMENTS] + [f"debug={n}" for n in DEBUGS]
                          + [f"trainer={n}" for n in TRAINERS])
 def test_every_preset_passes(tmp_path, preset):
-    assert config_problems(compose(preset, output_dir=tmp_path)) == []
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "chinese_large.txt").write_text(TINY_TEXT, encoding="utf-8")  # that preset's: the user's own
+    assert config_problems(compose(preset, f"paths.root_dir={tmp_path}", output_dir=tmp_path)) == []
 
 
 @pytest.mark.skipif(GPUS > 0, reason="needs a machine without a CUDA GPU")
@@ -152,12 +154,15 @@ def test_every_problem_is_listed_at_once_on_one_line(tmp_path):
 @pytest.mark.parametrize("override", ["seed=-1", "optim.warmup_steps=abc", "optim.betas=[0.9]",
                                       "trainer.gradient_clip_val=abc", "data.errors=foo"])
 def test_main_reports_bad_values_before_reading_data(tmp_path, override):
-    """One error line and a non-zero exit, even with a data file that does not exist: nothing was read."""
-    cfg = compose(override, f"data.path={tmp_path / 'missing.txt'}", "logger=none", output_dir=tmp_path / "run")
+    """One error line and a non-zero exit, naming the bad value and the data file that does not exist: nothing
+    was read or made."""
+    missing = tmp_path / "missing.txt"
+    cfg = compose(override, f"data.path={missing}", "logger=none", output_dir=tmp_path / "run")
     with pytest.raises(SystemExit) as info:
         train_main(cfg)
     message = str(info.value)
-    assert message == f"error: invalid config: {BAD[override]}"
+    assert message == (f"error: invalid config: {BAD[override]}; data file not found: {missing} (set data.path to "
+                       "an existing text file)")
     assert not (tmp_path / "run").exists()
 
 

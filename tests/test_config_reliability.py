@@ -96,7 +96,8 @@ def test_every_argument_of_a_data_module_has_a_rule(module):
 
 def test_validate_refuses_before_reading_anything(tmp_path):
     cfg = compose("+model.n_emb=32", f"data.path={tmp_path / 'missing.txt'}", output_dir=tmp_path / "run")
-    with pytest.raises(TinyLMError, match="^invalid config: model.n_emb is unknown: did you mean model.n_embd"):
+    with pytest.raises(TinyLMError, match="^invalid config: data file not found: .*missing.txt .*; "
+                                          "model.n_emb is unknown: did you mean model.n_embd"):
         validate(cfg)
 
 

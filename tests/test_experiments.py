@@ -134,7 +134,7 @@ def test_chinese_large_without_a_file_fails_at_once_with_one_line(tmp_path):
     with pytest.raises(SystemExit) as info:
         train_main(cfg)
     message = str(info.value)
-    expected = f"error: data file not found: {tmp_path / 'data' / 'chinese_large.txt'} (set data.path"
+    expected = f"error: invalid config: data file not found: {tmp_path / 'data' / 'chinese_large.txt'} (set data.path"
     assert message.startswith(expected) and "\n" not in message
     assert not (tmp_path / "run" / "checkpoints").exists()
 

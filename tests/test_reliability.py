@@ -84,7 +84,7 @@ def test_bad_input_gets_one_clear_line(tmp_path, tiny_text_file, earlier_run, ro
     [
         ("model.n_layers=2", "Key 'n_layers' is not in struct"),
         ("model=transformer_xl", "Could not find 'model/transformer_xl'"),
-        ("data.path=/does/not/exist.txt", "error: data file not found: /does/not/exist.txt"),
+        ("data.path=/does/not/exist.txt", "error: invalid config: data file not found: /does/not/exist.txt"),
     ],
 )
 def test_cli_errors_exit_nonzero_without_traceback(tmp_path, override, message):

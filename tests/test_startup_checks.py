@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, compose
+from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 
 from tinylm.errors import TinyLMError
 from tinylm.models import ARCHITECTURES, BUILT_IN, config_class
@@ -64,6 +64,8 @@ BAD = {  # override(s) -> the one line both checks give
     "trainer.max_steps=0": "trainer.max_steps=0 must be a positive integer",
     "trainer.val_check_interval=0.5": "trainer.val_check_interval=0.5 must be a positive integer",
     "data.batch_size=0": "data.batch_size=0 must be a positive integer",
+    "data.path=/does/not/exist.txt": "data file not found: /does/not/exist.txt (set data.path to an existing text "
+                                     "file)",
     "data.encoding=nope": "data.encoding='nope' must be a text encoding Python knows, e.g. utf-8, gbk or latin-1",
     "data=pairs data.demo=roman": "data.demo='roman' must be one of numbers_zh",
     "seed=-1": "seed=-1 must be an integer in [0, 4294967295]",
@@ -85,7 +87,9 @@ PRESETS = [f"{group}={path.stem}" for group in ("experiment", "model", "data", "
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_passes_the_quick_check(tmp_path, preset):
     """It never refuses what the whole check lets through (model=seq2seq alone is the task's to refuse)."""
-    assert config_problems(compose(preset, output_dir=tmp_path), quick=True) == []
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "chinese_large.txt").write_text(TINY_TEXT, encoding="utf-8")  # that preset's: the user's own
+    assert config_problems(compose(preset, f"paths.root_dir={tmp_path}", output_dir=tmp_path), quick=True) == []
 
 
 @pytest.mark.parametrize("overrides", ["trainer.accelerator=tpu", "model=seq2seq", "+model.n_emb=32",
@@ -158,9 +162,11 @@ def test_no_warning_when_idle_when_threads_are_chosen_or_in_a_sweep_jobs_share(
     assert any("sweep job: 1 thread(s)" in r.getMessage() for r in caplog.records) == (share is not None)
 
 
-@pytest.mark.parametrize("script, options", [("generate.py", ["max_new_tokens=5"]),
-                                             ("visualize.py", ["text=Attention"]),
-                                             ("analyze.py", ["text=Attention", "out_dir=analysis"])])
+@pytest.mark.parametrize("script, options", [
+    ("generate.py", ["max_new_tokens=5"]),
+    pytest.param("visualize.py", ["text=Attention", "out_dir=figures"], marks=pytest.mark.slow),  # a process each
+    pytest.param("analyze.py", ["text=Attention", "out_dir=analysis"], marks=pytest.mark.slow),
+])
 def test_answering_from_a_checkpoint_imports_no_lightning(gpt_run, tmp_path, script, options):
     """generate.py, visualize.py and analyze.py load a checkpoint and a task without the training stack:
     Lightning's import (its torch._dynamo and torchmetrics) is seconds of a user's wait."""

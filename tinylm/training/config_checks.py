@@ -17,6 +17,7 @@ their constructors take, a model class of the user's own), or the task: ``valida
 
 from __future__ import annotations
 
+import glob
 import math
 import typing
 from collections.abc import Callable
@@ -229,6 +230,8 @@ def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
             f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
             "(BPE starts from the 256 byte values), e.g. 512"
         )
+    if problem := data_path_problem(data):
+        problems.append(problem)
     if problem := cache_dir_problem(data):
         problems.append(problem)
     if problem := learning_rate_monitor_problem(cfg):
@@ -247,6 +250,15 @@ def task_problems(cfg: DictConfig) -> list[str]:
     except ValueError:  # a model class that cannot be named is said by model_config_problems
         return []
     return task_of_config(cfg).config_problems(cfg, model_class)
+
+
+def data_path_problem(data: DictConfig) -> str | None:
+    """data.path names nothing (no file or folder, and no data.url to download it from): said before torch is
+    imported, in the data module's words. A glob is the data module's to match."""
+    path = data.get("path")
+    if not isinstance(path, str) or not path or data.get("url") or glob.has_magic(path) or Path(path).exists():
+        return None
+    return f"data file not found: {path} (set data.path to an existing text file)"
 
 
 def cache_dir_problem(data: DictConfig) -> str | None:
