@@ -21,7 +21,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
-    from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, quote_values
+    from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quote_values
     from tinylm.errors import TinyLMError
     from tinylm.runs.folder import register_resolvers
     from tinylm.tasks import refuse_derived
@@ -52,7 +52,8 @@ def check_quickly(cfg: DictConfig) -> None:
 def main(cfg: DictConfig) -> float | None:
     if HydraConfig.get().mode == RunMode.RUN:  # a sweep job says a bad config in its own folder (error.txt)
         check_quickly(cfg)
-    from tinylm.runs.job import main as train_main
+    with few_collections():
+        from tinylm.runs.job import main as train_main
 
     return train_main(cfg)
 
