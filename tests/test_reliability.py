@@ -221,5 +221,5 @@ def test_one_clean_log_and_errors_kept_in_the_run_folder(tmp_path, tiny_text_fil
     assert not [line for line in lines if "Tip:" in line or "deprecated" in line]
     bad = run_train(tmp_path / "bad", *FAST, f"data.path={tmp_path / 'nope.txt'}", check=False, in_process=True)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
-    assert bad.stderr.startswith(f"error: data file not found: {tmp_path / 'nope.txt'}")
-    assert "error: data file not found" in (tmp_path / "bad" / "train.log").read_text()
+    assert bad.stderr.startswith(f"error: invalid config: data file not found: {tmp_path / 'nope.txt'}")
+    assert "error: invalid config: data file not found" in (tmp_path / "bad" / "train.log").read_text()

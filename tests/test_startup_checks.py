@@ -80,6 +80,24 @@ def test_the_quick_check_says_what_the_whole_check_says(tmp_path, overrides):
     assert config_problems(cfg, quick=True) == config_problems(cfg) == [BAD[overrides]]
 
 
+def test_a_missing_data_file_is_checked_for_the_built_in_data_modules_only(tmp_path, monkeypatch):
+    """The quick check reads data.path as TextDataModule and PairDataModule do (relative to where the command
+    was launched); a data module of the user's own may make its path itself."""
+    from tinylm.tasks import TASKS, get_task
+    from tinylm.training.config_checks import READS_DATA_PATH, data_path_problem
+
+    assert set(READS_DATA_PATH) == {get_task(name).data_target for name in TASKS}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.txt").write_text(TINY_TEXT, encoding="utf-8")
+    data = compose("data.path=here.txt", output_dir=tmp_path).data
+    assert data_path_problem(data) is None
+    data.path = "gone.txt"
+    assert data_path_problem(data) == f"data file not found: {tmp_path / 'gone.txt'} (set data.path to an existing " \
+                                      "text file)"
+    data._target_ = "my_project.data.GeneratedText"
+    assert data_path_problem(data) is None
+
+
 PRESETS = [f"{group}={path.stem}" for group in ("experiment", "model", "data", "debug")
            for path in sorted((ROOT / "conf" / group).glob("*.yaml"))]
 
@@ -175,4 +193,4 @@ def test_answering_from_a_checkpoint_imports_no_lightning(gpt_run, tmp_path, scr
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "tinylm.checkpoint" in imported and "lightning" not in imported
+    assert "tinylm.checkpoint" in imported and not {"lightning", "torchmetrics", "torch._dynamo"} & imported

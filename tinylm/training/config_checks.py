@@ -23,6 +23,7 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
+import hydra.utils
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.errors import TinyLMError
@@ -252,13 +253,21 @@ def task_problems(cfg: DictConfig) -> list[str]:
     return task_of_config(cfg).config_problems(cfg, model_class)
 
 
+# The built-in data modules (the tasks' data_target), which read data.path as a file, a folder or a glob
+READS_DATA_PATH = ("tinylm.tasks.text.data.TextDataModule", "tinylm.tasks.translation.data.PairDataModule")
+
+
 def data_path_problem(data: DictConfig) -> str | None:
     """data.path names nothing (no file or folder, and no data.url to download it from): said before torch is
-    imported, in the data module's words. A glob is the data module's to match."""
+    imported, in the data module's words, of the path as it resolves (relative to where the command was
+    launched). A glob is the data module's to match; a data module of the user's own reads its path its way."""
     path = data.get("path")
-    if not isinstance(path, str) or not path or data.get("url") or glob.has_magic(path) or Path(path).exists():
+    if data.get("_target_") not in READS_DATA_PATH or not isinstance(path, str) or not path or data.get("url"):
         return None
-    return f"data file not found: {path} (set data.path to an existing text file)"
+    resolved = hydra.utils.to_absolute_path(path)
+    if glob.has_magic(path) or Path(resolved).exists():
+        return None
+    return f"data file not found: {resolved} (set data.path to an existing text file)"
 
 
 def cache_dir_problem(data: DictConfig) -> str | None:

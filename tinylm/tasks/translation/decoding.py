@@ -177,7 +177,7 @@ def translation_scores(model: LanguageModel, batch) -> tuple[int, int, int, int]
     reference characters). Exact match is exact / examples; the character error rate is edits / reference characters.
 
     An encoder-decoder's batch is (source, target_in, target_out); a decoder-only model's is
-    (idx, targets) of ``tinylm.tasks.translation.data.collate_decoder_only``, whose first scored position is BEGIN.
+    (idx, targets) of ``tinylm.tasks.translation.batches.collate_decoder_only``, whose first scored position is BEGIN.
     """
     if model.translates:
         src, _, targets = batch  # (B, S), (B, T), (B, T): targets end with END, then padding
