@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from conftest import ROOT
 from hydra import compose, initialize_config_dir
 
-from tinylm.cli import EXIT_INTERRUPTED, quote_values, run_command
+from tinylm.cli import EXIT_INTERRUPTED, few_collections, quote_values, run_command
 from tinylm.errors import TinyLMError
 
 
@@ -72,3 +74,13 @@ def test_run_command_turns_errors_into_one_line_and_ctrl_c_into_130():
     seen = []
     run_command(seen.append, "cfg")
     assert seen == ["cfg"]
+
+
+def test_an_import_that_imports_nothing_new_freezes_nothing():
+    """A sweep's second job in the same process: its import of the training stack is a lookup, and freezing then
+    would keep the first job's uncollected garbage for good. The collector is back on either way."""
+    frozen = gc.get_freeze_count()
+    with few_collections():
+        assert not gc.isenabled()
+        import tinylm.cli  # noqa: F401 (already imported)
+    assert gc.get_freeze_count() == frozen and gc.isenabled()

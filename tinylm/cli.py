@@ -105,16 +105,25 @@ def quiet_broken_pipe():
         raise SystemExit(EXIT_BROKEN_PIPE) from None
 
 
+def resolve_path(path: str | None) -> str | None:
+    """Relative paths are relative to the directory the user launched from, not the run folder."""
+    return None if path in (None, "") else hydra.utils.to_absolute_path(str(path))
+
+
 @contextmanager
 def few_collections():
     """Import torch and Lightning without the cyclic garbage collector: they make about a million objects,
     and the collector sweeps them again and again as they come (1.2 s of a 7 s ``import lightning`` on the
-    2-core AMD EPYC). Afterwards what was imported is frozen out of later collections (``gc.freeze``)."""
+    2-core AMD EPYC). Afterwards what was imported is frozen out of later collections (``gc.freeze``), only
+    if something was: a sweep's next job in the same process imports nothing, and freezing then would keep
+    the last job's uncollected garbage for good."""
+    modules = len(sys.modules)
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        if len(sys.modules) > modules:
+            gc.freeze()
         gc.enable()
 
 

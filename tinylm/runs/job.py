@@ -30,12 +30,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
+from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
 from tinylm.runs.job_files import ERROR, METRICS, read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
-from tinylm.training.fit import build, fit, prepare, resolve_path
+from tinylm.training.fit import build, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
 from tinylm.training.safety import exit_code, remove_partial_checkpoints
 

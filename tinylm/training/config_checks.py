@@ -23,12 +23,13 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-import hydra.utils
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
 from tinylm.models import CHECKS, model_config_problems
 from tinylm.tasks import model_class_of, task_of_config
+from tinylm.tasks.text.corpus import missing_data_file
 from tinylm.tasks.translation.numbers_zh import DEMOS
 from tinylm.textfile import encoding_problem, errors_problem, unwritable_folder
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
@@ -264,10 +265,10 @@ def data_path_problem(data: DictConfig) -> str | None:
     path = data.get("path")
     if data.get("_target_") not in READS_DATA_PATH or not isinstance(path, str) or not path or data.get("url"):
         return None
-    resolved = hydra.utils.to_absolute_path(path)
+    resolved = resolve_path(path)
     if glob.has_magic(path) or Path(resolved).exists():
         return None
-    return f"data file not found: {resolved} (set data.path to an existing text file)"
+    return missing_data_file(resolved)
 
 
 def cache_dir_problem(data: DictConfig) -> str | None:

@@ -30,6 +30,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.callbacks.inspector import PeriodicInspector
+from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
@@ -42,11 +43,6 @@ from tinylm.training.safety import AtomicCheckpointIO, GracefulInterrupt
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
 NOT_SETTINGS = ("ckpt_path", "paths", "callbacks", "logger", "threads", "compile")
-
-
-def resolve_path(path: str | None) -> str | None:
-    """Relative paths are relative to the directory the user launched from, not the run folder."""
-    return None if path in (None, "") else hydra.utils.to_absolute_path(str(path))
 
 
 def build_datamodule(cfg: DictConfig) -> TextDataModule:

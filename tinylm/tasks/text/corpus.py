@@ -56,6 +56,11 @@ def bad_byte_error(path: Path, encoding: str, raw: bytes, error: UnicodeDecodeEr
     )
 
 
+def missing_data_file(path) -> str:
+    """What the data module and the quick config check say of a data.path that names nothing."""
+    return f"data file not found: {path} (set data.path to an existing text file)"
+
+
 def corpus_files(path: Path) -> list[Path]:
     """The files ``data.path`` names: itself, the ``.txt`` files of a folder, or a glob's matches, sorted."""
     if glob.has_magic(str(path)):
@@ -70,7 +75,7 @@ def corpus_files(path: Path) -> list[Path]:
                               "the texts there as *.txt")
         return files
     if not path.exists():
-        raise TinyLMError(f"data file not found: {path} (set data.path to an existing text file)")
+        raise TinyLMError(missing_data_file(path))
     return [path]
 
 

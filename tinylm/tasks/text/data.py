@@ -26,7 +26,14 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from tinylm.errors import TinyLMError
 from tinylm.tasks.text import token_cache
-from tinylm.tasks.text.corpus import REPLACE_FIX, Corpus, bad_byte_error, codec_problems, warn_notes
+from tinylm.tasks.text.corpus import (
+    REPLACE_FIX,
+    Corpus,
+    bad_byte_error,
+    codec_problems,
+    missing_data_file,
+    warn_notes,
+)
 from tinylm.tasks.text.tokens import encode_ids, tokenize
 from tinylm.textfile import MIB, as_lines, read_capped_bytes
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
@@ -66,7 +73,7 @@ def download(url: str, dest: Path, sha256: str | None) -> None:
 def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:
     """The bytes of the data file: a regular file of at most ``max_mib`` MiB, or one clear TinyLMError."""
     if not path.exists():
-        raise TinyLMError(f"data file not found: {path} (set data.path to an existing text file)")
+        raise TinyLMError(missing_data_file(path))
     return read_capped_bytes(path, "data.path", max_mib, "data.max_mib")
 
 
