@@ -8,6 +8,7 @@ import functools
 import io
 import logging
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -76,7 +77,6 @@ def script_in_process(script: str, *args: str, check: bool = True, cwd: Path | N
     """``python ROOT/<script> ARGS`` (train.py, generate.py, ...) in this process, launched from ``cwd``
     (default: where the tests run); see ``train_py``."""
     import runpy
-    import signal
     import traceback
 
     import torch
@@ -307,6 +307,14 @@ STARTS_FIRST = (
     "test_sweeps.py::test_ddp_on_two_cpu_processes_shares_one_run_folder",
     "test_reliability.py::test_ctrl_c_saves_last_checkpoint_and_resume_last_continues",
 )  # only tests without a module-scoped fixture: moved away from their module, it would be set up twice
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a shell script (``pytest &``) inherits Ctrl-C ignored, and so
+    would every process it starts: the tests that press Ctrl-C on train.py or TensorBoard need a terminal's
+    Ctrl-C. Python's own handler here becomes the default again in a child (exec resets caught signals)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
