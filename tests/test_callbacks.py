@@ -8,9 +8,8 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL, TINY_TEXT, train_in_process
+from conftest import TINY_MODEL, TINY_TEXT, compose_config, train_in_process
 from conftest import compose as compose_train
-from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing import event_multiplexer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -270,10 +269,9 @@ def test_bad_interval_on_the_command_line_is_one_error_line(tmp_path):
 
 
 def test_callback_config_groups():
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        default = compose("train").callbacks
-        minimal = compose("train", overrides=["callbacks=minimal"]).callbacks
-        one_off = compose("train", overrides=["~callbacks.attention_maps"]).callbacks
+    default = compose_config("train").callbacks
+    minimal = compose_config("train", "callbacks=minimal").callbacks
+    one_off = compose_config("train", "~callbacks.attention_maps").callbacks
     targets = {k: v["_target_"] for k, v in default.items()}
     assert targets["attention_maps"] == "tinylm.tasks.text.attention.AttentionMaps"
     assert {"sample_text", "next_token_probes", "embedding_projector"} <= set(targets)

@@ -5,16 +5,14 @@ from __future__ import annotations
 import gc
 
 import pytest
-from conftest import ROOT
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 
 from tinylm.cli import EXIT_INTERRUPTED, few_collections, quote_values, run_command
 from tinylm.errors import TinyLMError
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="generate", overrides=list(overrides))
+    return compose_config("generate", *overrides)
 
 
 TEXTS = [

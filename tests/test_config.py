@@ -173,3 +173,33 @@ def test_data_block_size_is_gone(tmp_path):
         compose("data.block_size=64", output_dir=tmp_path)
     assert config_problems(compose("+data.block_size=64", output_dir=tmp_path)) == [
         "data.block_size is not a setting: train.py sets it from model.block_size; remove it"]
+
+
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("train", ["model.n_embd=32", "optim.betas=[0.9,0.95]", "data.url=[1]", "+trainer.precision=32"]),
+    ("train", ["experiment=numbers_zh", "trainer.max_steps=300", "seed=7", "~callbacks.attention_maps"]),
+    ("train", ["model=lstm", "callbacks=minimal", "callbacks.early_stopping.patience=1", "++seed=3"]),
+    ("train", ["data=pairs", "model=seq2seq", "hydra.run.dir=/tmp/x", "paths.output_dir=unset"]),
+    ("generate", ["prompt='a, b = 1'", "stop=", "ckpt_path=null", "+top_k=5"]),
+    ("visualize", ["text='你好'", "out_dir=a b"]),
+])
+def test_the_tests_compose_as_hydra_does(name, overrides):
+    """conftest.compose_config composes the config groups once and sets values on a copy: the same config,
+    and the same error, as Hydra's compose with every override."""
+    from conftest import compose_config
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        expected = hydra_compose(name, overrides=overrides)
+        with pytest.raises(ConfigCompositionException) as hydras:
+            hydra_compose(name, overrides=[*overrides, "model.no_such_key=1"])
+    cfg = compose_config(name, *overrides)
+    assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(expected)
+    assert OmegaConf.is_struct(cfg) and OmegaConf.is_struct(expected)
+    with pytest.raises(ConfigCompositionException) as ours:
+        compose_config(name, *overrides, "model.no_such_key=1")
+    assert str(ours.value) == str(hydras.value)
+    cfg.ckpt_path = "changed"  # a copy of its own
+    assert compose_config(name, *overrides).ckpt_path != "changed"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT
-from hydra import compose, initialize_config_dir
+from conftest import ROOT, TINY_TEXT, compose_config
 from torch.nn import functional as F
 
 from tinylm.cli import quote_values
@@ -56,9 +55,7 @@ def text_ckpt(tmp_path):
 
 
 def config(*overrides: str):
-    overrides = quote_values(list(overrides), evaluate_cli.PATH_KEYS)
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="evaluate", overrides=overrides)
+    return compose_config("evaluate", *quote_values(list(overrides), evaluate_cli.PATH_KEYS))
 
 
 def evaluate(capsys, *overrides: str) -> tuple[str, dict]:

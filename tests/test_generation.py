@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT, script_in_process
-from hydra import compose, initialize_config_dir
+from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import quote_values
@@ -401,8 +400,7 @@ def test_generate_py_errors_are_one_line(trained_run):
 
 
 def compose_generate(*overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="generate", overrides=list(overrides))
+    return compose_config("generate", *overrides)
 
 
 def run_expecting_error(*overrides: str) -> TinyLMError:

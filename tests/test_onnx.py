@@ -15,8 +15,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT, script_in_process
-from hydra import compose, initialize_config_dir
+from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
@@ -75,12 +74,11 @@ def save_checkpoint(model, tokenizer, path: Path, step: int = 60) -> Path:
     return path
 
 
-def compose_config(name: str, *overrides: str):
+def compose_quoted(name: str, *overrides: str):
     """generate.py's or export.py's config, with paths quoted for Hydra as the scripts do."""
     overrides = quote_values(quote_values(list(overrides), generate_cli.TEXT_KEYS, literal=True),
                              {*generate_cli.PATH_KEYS, *export_cli.PATH_KEYS})
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name=name, overrides=overrides)
+    return compose_config(name, *overrides)
 
 
 def learned_export(tmp_path_factory) -> tuple[Path, Path, GPT]:
@@ -97,7 +95,7 @@ def learned_export(tmp_path_factory) -> tuple[Path, Path, GPT]:
         if not ckpt.with_suffix(".onnx").is_file():  # written last, renamed into place
             tokenizer = CharTokenizer.from_text(TINY_TEXT)
             save_checkpoint(trained_gpt("learned", tokenizer), tokenizer, ckpt)
-            out = export_cli.run(compose_config("export", f"paths.log_dir={tmp}"))
+            out = export_cli.run(compose_quoted("export", f"paths.log_dir={tmp}"))
             assert out == ckpt.with_suffix(".onnx")
     saved = torch.load(ckpt, weights_only=True)
     model = build_model(saved["model_config"])
@@ -119,7 +117,7 @@ def exported(request, tmp_path_factory):
     tokenizer = CharTokenizer.from_text(TINY_TEXT)
     model = trained_gpt(request.param, tokenizer)
     ckpt = save_checkpoint(model, tokenizer, tmp / "model.ckpt")
-    out = export_cli.run(compose_config("export", f"ckpt_path={ckpt}", f"out={tmp / 'exported' / 'm.onnx'}"))
+    out = export_cli.run(compose_quoted("export", f"ckpt_path={ckpt}", f"out={tmp / 'exported' / 'm.onnx'}"))
     assert out == tmp / "exported" / "m.onnx"
     return ckpt, out, model
 
@@ -189,7 +187,7 @@ def test_an_export_that_does_not_match_pytorch_is_not_kept(exported, monkeypatch
 
 
 def generate_text(capsys, *overrides: str) -> tuple[str, str]:
-    generate_cli.run(compose_config("generate", *overrides))
+    generate_cli.run(compose_quoted("generate", *overrides))
     return capsys.readouterr()
 
 
@@ -280,13 +278,13 @@ def test_numpy_sampling_frequencies_follow_the_filtered_distribution():
 
 def generate_error(*overrides: str) -> str:
     with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
-        generate_cli.run(compose_config("generate", *overrides))
+        generate_cli.run(compose_quoted("generate", *overrides))
     return str(info.value)
 
 
 def export_error(*overrides: str) -> str:
     with pytest.raises(TinyLMError, match=r"^[^\n]+$") as info:
-        export_cli.run(compose_config("export", *overrides))
+        export_cli.run(compose_quoted("export", *overrides))
     return str(info.value)
 
 

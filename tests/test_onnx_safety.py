@@ -18,7 +18,7 @@ import onnxruntime
 import pytest
 from conftest import TINY_TEXT
 from onnx import TensorProto, helper
-from test_onnx import BLOCK, compose_config, export_cli, generate_cli, learned_export
+from test_onnx import BLOCK, compose_quoted, export_cli, generate_cli, learned_export
 
 from tinylm.errors import TinyLMError
 from tinylm.onnx import export as onnx_export
@@ -135,7 +135,7 @@ def test_an_unwritable_output_folder_is_one_line_before_the_trace(exported, quic
     in_the_way.write_text("a file where a folder should be\n")
     for out in (in_the_way / "model.onnx", in_the_way / "sub" / "model.onnx"):
         with pytest.raises(TinyLMError, match=ONE_LINE) as info:
-            export_cli.run(compose_config("export", f"ckpt_path={ckpt}", f"out={out}"))
+            export_cli.run(compose_quoted("export", f"ckpt_path={ckpt}", f"out={out}"))
         assert str(info.value) == (f"cannot write {out}: {in_the_way} is a file, not a folder: "
                                    "choose another out=FILE.onnx")
     read_only = tmp_path / "read-only"
@@ -143,7 +143,7 @@ def test_an_unwritable_output_folder_is_one_line_before_the_trace(exported, quic
     real_access = os.access  # root may write anywhere: a read-only folder as os.access reports it to others
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != read_only and real_access(path, mode))
     with pytest.raises(TinyLMError, match="the folder .*read-only is not writable: choose another out=FILE.onnx"):
-        export_cli.run(compose_config("export", f"ckpt_path={ckpt}", f"out={read_only / 'new' / 'm.onnx'}"))
+        export_cli.run(compose_quoted("export", f"ckpt_path={ckpt}", f"out={read_only / 'new' / 'm.onnx'}"))
     assert quick_trace == [] and list(read_only.iterdir()) == []
     assert in_the_way.read_text() == "a file where a folder should be\n"
 
@@ -205,7 +205,7 @@ def test_a_file_that_reads_a_file_next_to_it_is_refused_before_a_session(monkeyp
 
     overrides = [f"ckpt_path={path}", "prompt=-", "temperature=0", f"max_new_tokens={len(secret) - 1}"]
     with pytest.raises(TinyLMError, match=ONE_LINE) as info:
-        generate_cli.run(compose_config("generate", *overrides))
+        generate_cli.run(compose_quoted("generate", *overrides))
     assert str(info.value) == (f"{path} keeps tensors in other files (ONNX external data), which tinylm never "
                                "writes and will not read: export a checkpoint with "
                                "`python export.py ckpt_path=<checkpoint>`")
@@ -351,7 +351,7 @@ def test_a_graph_that_fails_at_run_time_is_one_line(exported, tmp_path, capfd):
     path = with_metadata(exported[1], tmp_path / "long.onnx", context_window=2 * BLOCK, config_block_size=2 * BLOCK)
     assert load_onnx(path).context_window == 2 * BLOCK  # nothing at load tells
     with pytest.raises(TinyLMError, match=ONE_LINE) as info:
-        generate_cli.run(compose_config("generate", f"ckpt_path={path}", "prompt='自'", "temperature=0",
+        generate_cli.run(compose_quoted("generate", f"ckpt_path={path}", "prompt='自'", "temperature=0",
                                         f"max_new_tokens={2 * BLOCK}"))
     assert str(info.value).startswith(f"ONNX Runtime failed to run {path} on input_ids of shape (1, 1) after "
                                       f"{BLOCK} earlier positions ([ONNXRuntimeError] ")

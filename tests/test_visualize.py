@@ -8,7 +8,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import ROOT, script_in_process
+from conftest import ROOT, compose_config, script_in_process
 
 PROBE = "自注意力可以让序列"
 
@@ -113,14 +113,10 @@ def visualize_in_process(*overrides: str):
     """visualize.py's ``run`` on its composed config; the TinyLMError it raises is the one error line."""
     import importlib.util
 
-    from hydra import compose, initialize_config_dir
-
     spec = importlib.util.spec_from_file_location("visualize_cli", ROOT / "visualize.py")
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("visualize", overrides=list(overrides))
-    return cli.run(cfg)
+    return cli.run(compose_config("visualize", *overrides))
 
 
 @pytest.mark.parametrize("where", ["a file", "a file/below it"])
