@@ -47,7 +47,8 @@ def command_lines_naming(text: str) -> list[str]:
 def test_every_tab_of_a_tiny_run_is_shot_with_its_content(tmp_path):
     run = tmp_path / "run"
     run_train(run, *TINY_MODEL, "trainer.max_steps=20", "trainer.val_check_interval=10",
-              "callbacks.attention_maps.every_n_steps=10", "callbacks.embedding_projector.every_n_steps=10")
+              "callbacks.attention_maps.every_n_steps=10", "callbacks.embedding_projector.every_n_steps=10",
+              in_process=True)
     out = tmp_path / "shots"
     proc = screenshots(str(run), "--out", str(out), "--prefix", "tiny", "--width", "1000", "--height", "800")
     assert proc.returncode == 0, proc.stdout + proc.stderr
