@@ -65,6 +65,7 @@ def plan(logdir: Path, run: Path) -> tuple[dict[str, str], str, int]:
     from tinylm.analysis.hooks import switchable
     from tinylm.checkpoint import load_model
     from tinylm.explorer.runs import Runs
+    from tinylm.tasks import is_encoder_decoder
 
     name = run.relative_to(logdir).as_posix()
     folder = Runs(logdir).find(name)
@@ -73,7 +74,7 @@ def plan(logdir: Path, run: Path) -> tuple[dict[str, str], str, int]:
     r, q = quote(name), quote(text)
     routes = {"runs": "runs", "predict": f"predict?run={r}&text={q}", "training": f"training?run={r}",
               "heads": f"heads?run={r}"}
-    if model.has_attention and not model.translates:
+    if model.has_attention and not is_encoder_decoder(model):
         routes |= {"attention": f"attention?run={r}&text={q}", "lens": f"lens?run={r}&text={q}"}
         attentions = switchable(model)[1]
         if len(attentions) > 1:

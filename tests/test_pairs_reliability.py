@@ -16,6 +16,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
 from tinylm.plots import figures as plotting
+from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.translation.batches import collate_decoder_only
 from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tasks.translation.decoding import beam_search, continue_sources, translate, translate_lines
@@ -194,7 +195,7 @@ def overfitted_decoder_only_gpt(tmp_path) -> tuple[LitLanguageModel, int]:
 def test_generate_translates_with_a_decoder_only_gpt_trained_on_pairs(tmp_path, capsys):
     module, steps = overfitted_decoder_only_gpt(tmp_path)
     ckpt = save(tmp_path / "gpt-pairs.ckpt", module, steps)
-    assert load_model(ckpt).task == "translation" and not module.model.translates
+    assert load_model(ckpt).task == "translation" and not is_encoder_decoder(module.model)
     sources = tmp_path / "sources.txt"
     sources.write_text("".join(f"{s}\n" for s, _ in PAIRS) + "\n十二\n", encoding="utf-8")
     targets = [t for _, t in PAIRS] + ["", "12"]

@@ -21,6 +21,7 @@ from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Seq2Seq, Seq2SeqConfig
 from tinylm.onnx.export import check_exportable
 from tinylm.plots import figures as plotting
+from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.translation.batches import collate, collate_decoder_only
 from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tasks.translation.decoding import (
@@ -282,7 +283,7 @@ def test_train_generate_and_visualize(tmp_path, capsys):
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     assert torch.load(ckpt, weights_only=True)["model_config"]["arch"] == "seq2seq"
     loaded = load_model(ckpt)
-    assert loaded.model.translates and loaded.tokenizer.itos[:3] == ["\x00", "\x02", "\x03"]
+    assert is_encoder_decoder(loaded.model) and loaded.tokenizer.itos[:3] == ["\x00", "\x02", "\x03"]
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0, "tensors": 0})

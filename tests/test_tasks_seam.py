@@ -3,6 +3,7 @@ validation scores and checkpoints' task; the commands ask the task."""
 
 from __future__ import annotations
 
+import ast
 import logging
 import subprocess
 import sys
@@ -177,6 +178,24 @@ def test_importing_the_registry_imports_no_torch():
     code = "import sys, tinylm.tasks, tinylm.tasks.text.printing; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+TASK_FLAGS = {"translates", "translation_pairs", "decoder_only", "for_translation"}
+
+
+def test_no_task_flag_is_read_outside_the_tasks_and_the_models():
+    """Only tinylm/tasks/ and tinylm/models/ ask what a run translates; the rest asks the task or the model's
+    kind (``tinylm.tasks.is_encoder_decoder``). An attribute or a key of these names anywhere else is a read."""
+    files = [*ROOT.glob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py"), *(ROOT / "tinylm").rglob("*.py")]
+    reads = []
+    for path in files:
+        if path.is_relative_to(ROOT / "tinylm" / "tasks") or path.is_relative_to(ROOT / "tinylm" / "models"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "value", None)
+            if isinstance(node, ast.Attribute | ast.Constant) and name in TASK_FLAGS:
+                reads.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert len(files) > 100 and not reads
 
 
 # --------------------------------------------------------------------------------------------

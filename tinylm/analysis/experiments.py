@@ -15,6 +15,7 @@ from tinylm.analysis.translation import cross_head_table, first_pair_probe, pair
 from tinylm.cli import encode_text
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import visible
+from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.text.printing import checkpoint_name
 
 
@@ -36,7 +37,7 @@ def decoder_inputs(loaded, cfg) -> tuple[list[int], list[int] | None]:
 def check_inputs(loaded, cfg):
     """What the experiments read, checked before anything is written: a decoder's text ids and corrupt ids,
     or an encoder-decoder's (source, reference) pairs."""
-    if loaded.model.translates:
+    if is_encoder_decoder(loaded.model):
         if cfg.corrupt_text is not None:
             raise TinyLMError("corrupt_text: activation patching runs on decoders (the GPT); an encoder-decoder's "
                               "cross-attention heads are scored and switched off instead")
@@ -47,7 +48,7 @@ def check_inputs(loaded, cfg):
 def analyze(loaded, inputs, out_dir: Path, cfg) -> dict:
     """The experiments on ``inputs`` (``check_inputs``), written into ``out_dir``; returns what was
     computed, the files and the text to print."""
-    if loaded.model.translates:
+    if is_encoder_decoder(loaded.model):
         rows = cross_head_table(loaded.model, inputs, cfg.ablation)
         probe = first_pair_probe(loaded.model, inputs)
         what = f"{len(inputs)} source line(s)"
@@ -75,7 +76,7 @@ def written(loaded, rows: list[dict], lens: dict, patch: dict | None, out_dir: P
         files.append(report.write_json(out_dir / "patching.json", patch))
     note = f"{loaded.path.name}, step {loaded.global_step}"
     figures = report.write_figures(out_dir, rows, lens, patch, answer, note)
-    extra = "ablation_exact_match_delta" if model.translates else None
+    extra = "ablation_exact_match_delta" if is_encoder_decoder(model) else None
     table = "\n".join(part for part in (report.head_rows_table(rows, extra), named_heads(rows),
                                         report.lens_table(lens), patch_line(patch)) if part)
     header = (f"`{loaded.path}` (step {loaded.global_step}, {model.num_params():,} parameters) on {what}; "

@@ -21,9 +21,9 @@ from tinylm.analysis.lens import logit_lens, pieces
 from tinylm.analysis.probe import Probe
 from tinylm.checkpoint import LoadedModel
 from tinylm.errors import TinyLMError
-from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots.figures import attention_weights
-from tinylm.tasks.translation.decoding import continue_sources, encode_source, longest_source, translate
+from tinylm.tasks import is_encoder_decoder
+from tinylm.tasks.translation.decoding import encode_source, longest_source, translation_with_cross_attention
 
 DIGITS = 6  # probabilities and attention weights are rounded to this many decimals
 
@@ -50,7 +50,7 @@ def encoded(loaded: LoadedModel, text: str) -> tuple[list[int], bool]:
 
 def text_decoder(loaded: LoadedModel, what: str) -> None:
     """A TinyLMError unless the model continues text (an encoder-decoder translates: ``translate``)."""
-    if loaded.model.translates:
+    if is_encoder_decoder(loaded.model):
         raise TinyLMError(f"this run's model is an encoder-decoder, which translates: {what} reads a decoder's "
                           "text; use the translate route for it")
 
@@ -105,16 +105,11 @@ def translation(loaded: LoadedModel, text: str) -> dict:
         raise TinyLMError("text is empty: type a source to translate")
     if "\n" in text or "\r" in text:
         raise TinyLMError("text holds more than one line: pass one source line to translate")
-    model, tokenizer = loaded.model, loaded.tokenizer
-    ids = encode_source(tokenizer, text, 1, "error", longest_source(model))
-    src = torch.tensor([ids])  # (1, S)
-    with torch.inference_mode():
-        if not model.translates:  # a decoder-only model continues source + BEGIN: no cross-attention
-            written = continue_sources(model, [[*ids, BEGIN_ID]])[0]
-            return {"source": pieces(tokenizer, ids), "target": pieces(tokenizer, written),
-                    "translation": tokenizer.decode(written), "cross_attention": None}
-        written = translate(model, src)[0][: model.config.block_size - 1]  # room for BEGIN in front
-        tgt = torch.tensor([[BEGIN_ID, *written]])  # (1, T): what the decoder reads
-        cross = model.translation_maps(src, tgt)["cross"]  # per layer (1, h, T, S)
+    tokenizer = loaded.tokenizer
+    ids = encode_source(tokenizer, text, 1, "error", longest_source(loaded.model))
+    written, cross = translation_with_cross_attention(loaded.model, ids)  # cross: per layer (1, h, T, S)
+    if cross is None:  # a decoder-only model continues source + BEGIN: no cross-attention
+        return {"source": pieces(tokenizer, ids), "target": pieces(tokenizer, written),
+                "translation": tokenizer.decode(written), "cross_attention": None}
     return {"source": pieces(tokenizer, ids), "target": [*pieces(tokenizer, written), "end"],
             "translation": tokenizer.decode(written), "cross_attention": [rounded(w[0]) for w in cross]}

@@ -5,10 +5,9 @@
 - an **encoder-decoder** (``EncoderDecoder``: ``tinylm.models.seq2seq``) maps a source to a
   target: the source is encoded once, the target decoded against it.
 
-Each model class names its kind (``kind``); ``translates`` says the same for the code that asks
-"does it translate". Training, generation, the TensorBoard callbacks and ``visualize.py`` use a
-model only through the interface of its kind, listed in each base's docstring; none of them asks
-which class it holds.
+Each model class names its kind (``kind``; ``tinylm.tasks.is_encoder_decoder`` asks it). Training,
+generation, the TensorBoard callbacks and ``visualize.py`` use a model only through the interface of
+its kind, listed in each base's docstring; none of them asks which class it holds.
 """
 
 from __future__ import annotations
@@ -73,8 +72,7 @@ def eval_no_grad(model: nn.Module):
 class LanguageModel(nn.Module):
     """What models of both kinds offer:
 
-    - ``kind``: "decoder" (``Decoder``) or "encoder-decoder" (``EncoderDecoder``), and
-      ``translates``, True for an encoder-decoder
+    - ``kind``: "decoder" (``Decoder``) or "encoder-decoder" (``EncoderDecoder``)
     - ``forward(...) -> (logits, loss)``, always that pair (the loss None without targets); what
       goes in depends on the kind
     - ``loss(batch)``: the training loss of one batch of its data module, all the LightningModule
@@ -91,7 +89,6 @@ class LanguageModel(nn.Module):
 
     config: ModelConfig
     kind: ClassVar[str]
-    translates: ClassVar[bool]
     has_attention = False
 
     def loss(self, batch) -> torch.Tensor:
@@ -162,7 +159,6 @@ class Decoder(LanguageModel):
     """
 
     kind = "decoder"
-    translates = False
 
     def loss(self, batch) -> torch.Tensor:
         idx, targets = batch  # (B, T) each
@@ -183,7 +179,7 @@ class Decoder(LanguageModel):
 
 
 class EncoderDecoder(LanguageModel):
-    """A model that maps a source to a target (``tinylm.models.seq2seq``, ``translates = True``).
+    """A model that maps a source to a target (``tinylm.models.seq2seq``).
 
     Its vocabulary starts with the padding, begin and end symbols (``PAD_ID, BEGIN_ID, END_ID`` of
     ``tinylm.models.seq2seq``); sources are padded with PAD_ID at the end.
@@ -202,7 +198,6 @@ class EncoderDecoder(LanguageModel):
     """
 
     kind = "encoder-decoder"
-    translates = True
 
     def loss(self, batch) -> torch.Tensor:
         src, tgt, targets = batch  # (B, S), (B, T), (B, T)

@@ -64,9 +64,10 @@ def model_class_of(cfg: DictConfig) -> type:
     return model_class(OmegaConf.to_container(cfg.model, resolve=True))
 
 
-def is_encoder_decoder(model_class: type) -> bool:
-    """Whether a model class reads a source apart from what it writes (its ``kind``)."""
-    return model_class.kind == "encoder-decoder"
+def is_encoder_decoder(model) -> bool:
+    """Whether a model (or its class) reads a source apart from what it writes: its ``kind``, which the
+    code that treats the two kinds apart asks through this."""
+    return model.kind == "encoder-decoder"
 
 
 def views_left_out(task: Task) -> set[str]:

@@ -1,4 +1,4 @@
-"""Translating: the decoding loops and the scores, for an encoder-decoder (``LanguageModel.translates``)
+"""Translating: the decoding loops and the scores, for an encoder-decoder (``is_encoder_decoder``)
 and for a decoder-only model trained on the same pairs (source + BEGIN, continued up to END).
 
 - ``translate(model, src, ...)``: greedy (temperature 0) or sampled decoding of a batch of sources,
@@ -12,6 +12,8 @@ and for a decoder-only model trained on the same pairs (source + BEGIN, continue
 - ``edit_distance`` and ``translation_scores``: the exact match and character error rate that
   validation reports.
 - ``translate_lines``: source lines in, one translation per line out (``generate.py``).
+- ``translation_with_cross_attention``: one source's greedy translation and the cross-attention
+  that wrote it (the explorer's translate route).
 
 No loop ever writes PAD or BEGIN (``NEVER_WRITTEN``): their logits are masked out, so neither a
 sample nor a beam can print them.
@@ -30,6 +32,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel
 from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
+from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
 from tinylm.tasks.text.sampling import generate, sample_next, suppress
 from tinylm.tasks.translation.symbols import IGNORE
@@ -99,7 +102,7 @@ def beam_search(model: LanguageModel, src: torch.Tensor, beam_size: int, use_cac
     hypothesis whole at every step (no cache: a hypothesis is at most ``block_size`` symbols).
     """
     with eval_no_grad(model):
-        if model.translates:
+        if is_encoder_decoder(model):
             memory = model.encode(src)
             cache = model.new_cache(1, src.device, next(model.parameters()).dtype) if use_cache else None
 
@@ -179,7 +182,7 @@ def translation_scores(model: LanguageModel, batch) -> tuple[int, int, int, int]
     An encoder-decoder's batch is (source, target_in, target_out); a decoder-only model's is
     (idx, targets) of ``tinylm.tasks.translation.batches.collate_decoder_only``, whose first scored position is BEGIN.
     """
-    if model.translates:
+    if is_encoder_decoder(model):
         src, _, targets = batch  # (B, S), (B, T), (B, T): targets end with END, then padding
         predictions, references = translate(model, src), [cut(row) for row in targets.tolist()]
     else:
@@ -201,7 +204,7 @@ def translation_scores(model: LanguageModel, batch) -> tuple[int, int, int, int]
 def longest_source(model: LanguageModel) -> int:
     """The longest source the model translates, as training kept the pairs: an encoder-decoder reads
     ``block_size`` source symbols; a decoder-only model reads source + BEGIN + target in its block."""
-    return model.config.block_size - (0 if model.translates else 2)
+    return model.config.block_size - (0 if is_encoder_decoder(model) else 2)
 
 
 def encode_source(tokenizer: Tokenizer, source: str, number: int, unknown: str, longest: int) -> list[int]:
@@ -238,8 +241,22 @@ def translate_lines(model: LanguageModel, tokenizer: Tokenizer, sources: list[st
         src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         if beam_size > 1:
             out = beam_search(model, src, beam_size, sampling.get("use_cache", True))
-        elif model.translates:
+        elif is_encoder_decoder(model):
             out = translate(model, src, **sampling)[0]
         else:
             out = continue_sources(model, [[*ids, BEGIN_ID]], **sampling)[0]
         yield tokenizer.decode(out)
+
+
+def translation_with_cross_attention(model: LanguageModel, ids: list[int]) -> tuple[list[int], list | None]:
+    """The greedy translation of one source ``ids``, and what an encoder-decoder's decoder layers attended to
+    while writing it: per layer the cross-attention (1, h, T, S), row i the step that wrote symbol i (the last
+    row END), columns the source's symbols. A decoder-only model continues source + BEGIN: no cross-attention
+    (None)."""
+    with torch.inference_mode():
+        if not is_encoder_decoder(model):
+            return continue_sources(model, [[*ids, BEGIN_ID]])[0], None
+        src = torch.tensor([ids])  # (1, S)
+        written = translate(model, src)[0][: model.config.block_size - 1]  # room for BEGIN in front
+        tgt = torch.tensor([[BEGIN_ID, *written]])  # (1, T): what the decoder reads
+        return written, model.translation_maps(src, tgt)["cross"]
