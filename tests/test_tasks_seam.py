@@ -180,6 +180,18 @@ def test_importing_the_registry_imports_no_torch():
     assert proc.stdout.strip() == "False", proc.stderr
 
 
+@pytest.mark.slow  # a process importing Lightning: about 4 s
+def test_the_data_modules_import_no_decoding_code():
+    """Reading and batching the data imports nothing that decodes (the sampling and translation loops)."""
+    code = ("import sys, tinylm.tasks.text.data, tinylm.tasks.translation.data; "
+            "print(sorted(m for m in sys.modules if m.startswith('tinylm')))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    imported = proc.stdout.strip()
+    assert "tinylm.tasks.translation.batches" in imported, proc.stderr
+    for decoding in ("tinylm.tasks.translation.decoding", "tinylm.tasks.text.sampling", "tinylm.tasks.text.printing"):
+        assert f"'{decoding}'" not in imported
+
+
 TASK_FLAGS = {"translates", "translation_pairs", "decoder_only", "for_translation"}
 
 
