@@ -32,7 +32,7 @@ KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_
 
 def machine() -> str:
     """What decides the kernels a run uses: the CPU (its model and flags), the SIMD level PyTorch
-    picked (and any forced by environment variables), PyTorch's version and its thread count."""
+    picked (and any forced by environment variables), PyTorch's version and the run's thread count."""
     model, flags = "unknown CPU", ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -45,7 +45,15 @@ def machine() -> str:
     forced = [f"{k}={os.environ[k]}" for k in KERNEL_ENV if os.environ.get(k)]
     return " | ".join([model, "flags " + hashlib.sha256(flags.encode()).hexdigest()[:12],
                        torch.backends.cpu.get_cpu_capability(), f"torch {torch.__version__}",
-                       f"{torch.get_num_threads()} threads", *forced])
+                       f"{default_threads()} threads", *forced])
+
+
+def default_threads() -> int:
+    """PyTorch's thread count in a new process, which the default run gets (the calling process, a test
+    worker say, may have set its own)."""
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    return int(done.stdout)
 
 
 def weights_hash(checkpoint: Path) -> str:
