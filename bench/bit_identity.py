@@ -14,6 +14,7 @@ recording on the old code and checking on the new, on the same machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -48,6 +49,7 @@ def machine() -> str:
                        f"{default_threads()} threads", *forced])
 
 
+@functools.cache
 def default_threads() -> int:
     """PyTorch's thread count in a new process, which the default run gets (the calling process, a test
     worker say, may have set its own)."""

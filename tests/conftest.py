@@ -184,6 +184,8 @@ def compose_config(name: str, *overrides: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(list(overrides))
+    if any(o.key_or_group == "hydra.searchpath" for o in parsed):  # groups of other folders: all to Hydra
+        return copy.deepcopy(_composed(name, tuple(overrides)))
     picks = tuple(o.input_line for o in parsed if _picks_a_group(o))
     cfg = copy.deepcopy(_composed(name, picks))
     ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _picks_a_group(o)], cfg)
@@ -191,9 +193,11 @@ def compose_config(name: str, *overrides: str):
 
 
 def _picks_a_group(override) -> bool:
-    """Whether Hydra reads ``override`` while building the defaults list, not after."""
-    key = override.key_or_group
-    return override.is_sweep_override() or key.startswith("hydra") or (ROOT / "conf" / key).is_dir()
+    """Whether Hydra reads ``override`` while building the defaults list, not after (a dict given to a group,
+    ``model={n_embd: 8}``, is a value, set in its turn among the others)."""
+    if override.is_sweep_override() or override.is_hydra_override():
+        return True
+    return (ROOT / "conf" / override.key_or_group).is_dir() and not isinstance(override.value(), dict)
 
 
 @functools.cache
@@ -328,7 +332,8 @@ STARTS_FIRST = (
 def pytest_configure(config: pytest.Config) -> None:
     """A suite started in the background by a shell script (``pytest &``) inherits Ctrl-C ignored, and so
     would every process it starts: the tests that press Ctrl-C on train.py or TensorBoard need a terminal's
-    Ctrl-C. Python's own handler here becomes the default again in a child (exec resets caught signals)."""
+    Ctrl-C. Python's own handler here becomes the default again in a child (exec resets caught signals).
+    So such a suite stops on a Ctrl-C at its terminal, as one started in the foreground does."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

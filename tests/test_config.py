@@ -182,6 +182,8 @@ def test_data_block_size_is_gone(tmp_path):
     ("train", ["data=pairs", "model=seq2seq", "hydra.run.dir=/tmp/x", "paths.output_dir=unset"]),
     ("generate", ["prompt='a, b = 1'", "stop=", "ckpt_path=null", "+top_k=5"]),
     ("visualize", ["text='你好'", "out_dir=a b"]),
+    ("train", ["model.n_embd=8", "model={n_embd:16}", "model.num_heads=2"]),  # a dict to a group: a value, in turn
+    ("train", ["debug=fast", "~logger", "+model@extra=lstm"]),
 ])
 def test_the_tests_compose_as_hydra_does(name, overrides):
     """conftest.compose_config composes the config groups once and sets values on a copy: the same config,
@@ -203,3 +205,16 @@ def test_the_tests_compose_as_hydra_does(name, overrides):
     assert str(ours.value) == str(hydras.value)
     cfg.ckpt_path = "changed"  # a copy of its own
     assert compose_config(name, *overrides).ckpt_path != "changed"
+
+
+def test_the_tests_compose_a_group_of_another_search_path_as_hydra_does(tmp_path):
+    from conftest import compose_config
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    (tmp_path / "conf" / "newgroup").mkdir(parents=True)
+    (tmp_path / "conf" / "newgroup" / "a.yaml").write_text("x: 1\n", encoding="utf-8")
+    overrides = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+newgroup=a", "seed=3"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        expected = hydra_compose("train", overrides=overrides)
+    assert compose_config("train", *overrides) == expected and expected.newgroup.x == 1

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 from test_generation import compose_generate, generate_cli
-from test_onnx import compose_config, export_cli
+from test_onnx import compose_quoted, export_cli
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
@@ -211,7 +211,7 @@ def test_generate_translates_with_a_decoder_only_gpt_trained_on_pairs(tmp_path, 
     # its ONNX export would continue text: refused in one line, before anything is traced or written
     with pytest.raises(TinyLMError, match=r"^[^\n]*trained on translation pairs \(data=pairs\), and an ONNX export "
                                           r"only continues text: translate with `python generate.py"):
-        export_cli.run(compose_config("export", f"ckpt_path={ckpt}"))
+        export_cli.run(compose_quoted("export", f"ckpt_path={ckpt}"))
     assert not list(tmp_path.glob("*.onnx*"))
     older = save(tmp_path / "older.ckpt", module, steps, hparams=False)  # no record of pairs: plain text
     assert load_model(older).task == "text"

@@ -211,12 +211,17 @@ def loads_torch(proc) -> bool:
 def test_ctrl_c_while_starting_exits_130_without_a_traceback(tmp_path, importing):
     # a run far too long to end before the signal, on any machine (4 steps end in 2.9 s on a fast Xeon)
     proc = start_train(tmp_path / "run", *FAST, "data.repeat=30", "trainer.max_steps=100000")
-    if importing == "Python packages":
-        time.sleep(0.3)
-    else:
-        wait_for(lambda: loads_torch(proc), proc)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        if importing == "Python packages":
+            time.sleep(0.3)
+        else:
+            wait_for(lambda: loads_torch(proc), proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # the signal was lost: the long run must not outlive the test
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and len(err.splitlines()) <= 2
     assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training: nothing to save

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import ROOT, compose_config, script_in_process
+from conftest import ROOT, compose_config, entry_point, script_in_process
 
 PROBE = "自注意力可以让序列"
 
@@ -111,12 +111,7 @@ def test_help_shows_only_its_own_options(tmp_path):
 
 def visualize_in_process(*overrides: str):
     """visualize.py's ``run`` on its composed config; the TinyLMError it raises is the one error line."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("visualize_cli", ROOT / "visualize.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
-    return cli.run(compose_config("visualize", *overrides))
+    return entry_point("visualize.py").run(compose_config("visualize", *overrides))
 
 
 @pytest.mark.parametrize("where", ["a file", "a file/below it"])
