@@ -186,9 +186,11 @@ def compose_config(name: str, *overrides: str):
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     if any(o.key_or_group == "hydra.searchpath" for o in parsed):  # groups of other folders: all to Hydra
         return copy.deepcopy(_composed(name, tuple(overrides)))
-    picks = tuple(o.input_line for o in parsed if _picks_a_group(o))
-    cfg = copy.deepcopy(_composed(name, picks))
-    ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _picks_a_group(o)], cfg)
+    picks, values = [], []
+    for override in parsed:
+        (picks if _picks_a_group(override) else values).append(override)
+    cfg = copy.deepcopy(_composed(name, tuple(o.input_line for o in picks)))
+    ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
     return cfg
 
 
@@ -209,7 +211,6 @@ def _composed(name: str, overrides: tuple[str, ...]):
         return hydra_compose(config_name=name, overrides=list(overrides))
 
 
-
 def entry_point(script: str):
     """``ROOT/<script>``'s module (generate.py, visualize.py, ...), to call its ``run(cfg)`` in-process."""
     import importlib.util
@@ -218,6 +219,7 @@ def entry_point(script: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
 
 # --------------------------------------------------------------------------------------------
 # Runs trained once per test session (in-process) and shared by every test that only needs

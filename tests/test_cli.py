@@ -10,11 +10,6 @@ from conftest import compose_config
 from tinylm.cli import EXIT_INTERRUPTED, few_collections, quote_values, run_command
 from tinylm.errors import TinyLMError
 
-
-def composed(*overrides: str):
-    return compose_config("generate", *overrides)
-
-
 TEXTS = [
     "我正在学习", "a b", "  outer spaces ", "a,b", "f(x)=[1]", "你好, world = 1", r"\n and \t",
     "it's", "'tis", "a\\", "a\\'b",
@@ -26,13 +21,13 @@ TEXTS = [
 def test_literal_values_read_back_exactly(text):
     """Any text (quotes, backslashes, ${...} interpolation syntax) reaches the config unchanged."""
     (override,) = quote_values([f"prompt={text}"], ["prompt"], literal=True)
-    assert composed(override).prompt == text  # reading the value resolves it: nothing changes
+    assert compose_config("generate", override).prompt == text  # reading the value resolves it: nothing changes
 
 
 @pytest.mark.parametrize("path", ["/tmp/my dir/模型 v1/last.ckpt", "/a/b'c\\", r"C:\runs\n1", "runs/x=1,y(2)"])
 def test_path_values_are_quoted_and_kept_as_written(path):
     quoted = quote_values([f"ckpt_path={path}", f"++run_dir={path}"], ["ckpt_path", "run_dir"])
-    cfg = composed(*quoted)
+    cfg = compose_config("generate", *quoted)
     assert cfg.ckpt_path == path and cfg.run_dir == path  # no \n unescaping for paths
 
 
@@ -41,7 +36,7 @@ def test_interpolations_still_work_in_paths_but_not_in_literal_text(monkeypatch)
     quoted = quote_values(["ckpt_path=${paths.log_dir}/my run/x.ckpt", "prompt=${paths.log_dir}"],
                           ["ckpt_path"])
     quoted = quote_values(quoted, ["prompt"], literal=True)
-    cfg = composed(*quoted)
+    cfg = compose_config("generate", *quoted)
     assert cfg.ckpt_path == "/project/outputs/my run/x.ckpt"
     assert cfg.prompt == "${paths.log_dir}"
 
@@ -51,9 +46,10 @@ def test_what_is_left_alone():
             "top_k=5", "prompts=a b", "~run_dir", "--help"]
     assert quote_values(argv, ["prompt", "stop", "ckpt_path", "run_dir"], literal=True) == argv
     assert quote_values(["+prompt=a b", "++stop=我"], ["prompt", "stop"]) == ["+prompt='a b'", "++stop='我'"]
-    cfg = composed(*quote_values(["prompt=null", "stop=", "ckpt_path=null"], ["prompt", "stop", "ckpt_path"]))
+    cfg = compose_config("generate", *quote_values(["prompt=null", "stop=", "ckpt_path=null"],
+                                                   ["prompt", "stop", "ckpt_path"]))
     assert cfg.prompt is None and cfg.stop == "" and cfg.ckpt_path is None
-    assert composed("prompt='null'").prompt == "null"  # the word itself: quote it
+    assert compose_config("generate", "prompt='null'").prompt == "null"  # the word itself: quote it
 
 
 def test_run_command_turns_errors_into_one_line_and_ctrl_c_into_130():
