@@ -41,6 +41,8 @@ def test_ablate_generates_as_the_model_whose_heads_write_nothing(gpt_run, tmp_pa
     ("[0.5]", "there is no head 0.5"),
     ("[3]", "ablate: 3 is not layer.head"),
     ("[abc]", "ablate: 'abc' is not layer.head"),
+    ("['².0']", "ablate: '².0' is not layer.head"),  # '²'.isdigit() is true, int('²') fails
+    ("['1.-1']", "ablate: '1.-1' is not layer.head"),
     ("0.1", "ablate=0.1 must be a list of layer.head"),
 ])
 def test_bad_heads_are_one_error(gpt_run, capsys, value, message):

@@ -126,15 +126,16 @@ def parse_heads(values, model: nn.Module) -> list[Head]:
     """``ablate=[0.2,1.3]``'s heads, "layer.head" each (a number or a string; head 10 and up: quote it,
     '1.10'), checked against ``model``; one TinyLMError naming the first bad one."""
     from tinylm.errors import TinyLMError
+    from tinylm.numbers import layer_and_head
 
     kind, attentions = switchable(model)
     heads = []
     for value in values:
-        layer, dot, head = str(value).partition(".")
-        if isinstance(value, bool) or not dot or not layer.isdigit() or not head.isdigit():
+        parsed = layer_and_head(value)
+        if parsed is None:
             raise TinyLMError(f"ablate: {value!r} is not layer.head: write e.g. ablate=[0.2,1.3] (layer 0 head 2, "
                               "layer 1 head 3; from head 10 on quote it: ablate=['1.10'])")
-        layer, head = int(layer), int(head)
+        layer, head = parsed
         if not attentions or layer >= len(attentions) or head >= attentions[layer].num_heads:
             shape = (f"{len(attentions)} layers of {attentions[0].num_heads} {kind}-attention heads"
                      if attentions else f"no attention heads (an {model.config.arch} model)")

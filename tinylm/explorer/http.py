@@ -17,6 +17,7 @@ from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
 from tinylm.explorer.runs import UnknownRun
+from tinylm.numbers import whole_number
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def ablate_of(request) -> list[str]:
 def k_of(request) -> int:
     """``k``: how many next tokens per position, 1 to ``MAX_K`` (default 5)."""
     value = parameter(request, "k", "5")
-    if not value.isdigit() or not 1 <= int(value) <= MAX_K:
+    k = whole_number(value)
+    if k is None or not 1 <= k <= MAX_K:
         raise BadParameter(f"k={value!r} must be a whole number from 1 to {MAX_K}")
-    return int(value)
+    return k
