@@ -17,7 +17,9 @@ checkpoint holds everything needed to rebuild the model and tokenizer as plain d
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -25,8 +27,10 @@ from typing import NamedTuple
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.models import LanguageModel, NotImported, build_model
+from tinylm.models import LanguageModel, ModelConfig, NotImported, build, described, model_spec
+from tinylm.models.sizes import weights_problem
 from tinylm.runs.folder import HYDRA_DIR, read_record
+from tinylm.runs.partials import remove_stale_partials
 from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.text.printing import shown_path
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
@@ -36,12 +40,36 @@ REQUIRED_KEYS = ("state_dict", "model_config", "tokenizer")
 TRAIN_HINT = "train one with `python train.py`"
 
 
+def not_a_file(path: Path) -> str:
+    """What ``path`` is when it is not a regular file: "is a folder", "is a FIFO (named pipe)", "does not exist"..."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "is a broken symbolic link" if path.is_symlink() else "does not exist"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return "is " + next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
 def run_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's checkpoint files, best-*.ckpt first (newest first), then last.ckpt."""
+    """The run's checkpoint files, best-*.ckpt first (newest first), then last.ckpt: regular files only
+    (never a FIFO, a folder or a half-written ``.tmp``), a file that vanishes meanwhile left out. The
+    partial checkpoints a killed run left are removed first (``remove_stale_partials``)."""
     folder = Path(run_dir) / "checkpoints"
-    best = sorted(folder.glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    remove_stale_partials(folder)
+    best = []
+    for path in folder.glob("best-*.ckpt"):
+        try:
+            info = path.stat()
+        except OSError:  # rotated away between the listing and now
+            continue
+        if stat.S_ISREG(info.st_mode):
+            best.append((info.st_mtime, path))
+    best.sort(key=lambda found: found[0], reverse=True)
     last = [folder / "last.ckpt"] if (folder / "last.ckpt").is_file() else []
-    return best + last
+    return [path for _, path in best] + last
 
 
 class Chosen(NamedTuple):
@@ -134,7 +162,9 @@ def choose_checkpoint(
     if ckpt_path:
         path = Path(ckpt_path)
         if not path.is_file():
-            raise TinyLMError(f"checkpoint file {path} does not exist: check ckpt_path=...")
+            fix = "pass a .ckpt file as ckpt_path=..., or a run folder as run_dir=..." if path.is_dir() else \
+                "check ckpt_path=..."
+            raise TinyLMError(f"checkpoint file {path} {not_a_file(path)}: {fix}")
         return Chosen(path)
     if run_dir:
         return checkpoint_in_run(run_dir)
@@ -177,6 +207,39 @@ def read_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
+RECORD_BYTES = 1 << 20  # a run's .hydra/*.yaml is a few KiB: a larger or non-regular one is not read
+
+
+def small_record(path: Path) -> object:
+    """A YAML file of a run's record, parsed, if it is a regular file of at most RECORD_BYTES; else None."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > RECORD_BYTES:
+            return None
+        return read_record(path)
+    except (OSError, ValueError):
+        return None
+
+
+def trained_on(run_dir: Path) -> str:
+    """What a run trained on, from its record: "data.path=<file>", else "data=<its data group>"; "" without one."""
+    config, hydra = small_record(run_dir / HYDRA_DIR / "config.yaml"), small_record(run_dir / HYDRA_DIR / "hydra.yaml")
+    data = config.get("data") if isinstance(config, dict) else None
+    if isinstance(data, dict) and data.get("path"):
+        return f"data.path={data['path']}"
+    try:
+        return f"data={hydra['hydra']['runtime']['choices']['data']}"
+    except (TypeError, KeyError):
+        return ""
+
+
+def vocabulary_origin(path: Path) -> str:
+    """Whose vocabulary a loaded tokenizer is, for messages: "checkpoint <path> (trained on data.path=...)"."""
+    path = Path(path)
+    data = trained_on(path.parent.parent) if path.parent.name == "checkpoints" else ""
+    return f"checkpoint {shown_path(path)}" + (f" (trained on {data})" if data else "")
+
+
 @dataclass
 class LoadedModel:
     model: LanguageModel  # in eval mode, on the CPU
@@ -193,29 +256,13 @@ class LoadedModel:
                               "attention to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
 
 
-def load_model(path: str | Path, why: str = "") -> LoadedModel:
-    """Rebuild the model (GPT, LSTM, GRU, encoder-decoder, or a model class of the program's own) and its
-    tokenizer from a checkpoint file alone.
-
-    Anything inconsistent (a damaged or hand-made checkpoint) is one TinyLMError line saying the
-    file is not a valid tinylm checkpoint and why.
-    """
-    checkpoint = read_checkpoint(path)
+@contextmanager
+def refusing_invalid(path: str | Path) -> Iterator[None]:
+    """Anything inconsistent in checkpoint ``path`` (a damaged or hand-made file) as one TinyLMError line
+    saying that it is not a valid tinylm checkpoint and why."""
     try:
-        for key in ("model_config", "state_dict"):  # the tokenizer's state is checked by its reader
-            if not isinstance(checkpoint[key], dict):
-                raise TypeError(f"the {key} must be a dict, not {type(checkpoint[key]).__name__}")
-        tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
-        # by its arch, or the LanguageModel subclass its _target_ names in a module already imported: no other callable
-        model = build_model(checkpoint["model_config"], imports=False)
-        if tokenizer.vocab_size != model.config.vocab_size:
-            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} symbols but the model's "
-                             f"vocab_size is {model.config.vocab_size}")
-        # Lightning prefixes the model's weights with the LitLanguageModel attribute name, "model."
-        weights = {str(k).removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
-        model.load_state_dict(weights)
-        task = task_of_checkpoint(checkpoint, type(model))
-    except NotImported as e:
+        yield
+    except (NotImported, TinyLMError) as e:  # a class not imported, a model too big for this machine
         raise TinyLMError(f"checkpoint {path}: {e}") from None
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
         reason = " ".join(str(e).split())[:200] or type(e).__name__  # one line, kept short
@@ -223,4 +270,38 @@ def load_model(path: str | Path, why: str = "") -> LoadedModel:
             f"checkpoint {path} is not a valid tinylm checkpoint: {reason}: "
             "use a checkpoint saved by tinylm's train.py"
         ) from None
+
+
+def model_parts(checkpoint: dict) -> tuple[type[LanguageModel], ModelConfig, Tokenizer, dict]:
+    """A checkpoint's model class, its config, its tokenizer and its weights (without Lightning's ``model.``
+    prefix), each checked against the others before anything is built: a config that asks for more than
+    its weights hold is refused without allocating it. A ValueError, TypeError or KeyError names a problem."""
+    for key in ("model_config", "state_dict"):  # the tokenizer's state is checked by its reader
+        if not isinstance(checkpoint[key], dict):
+            raise TypeError(f"the {key} must be a dict, not {type(checkpoint[key]).__name__}")
+    tokenizer = tokenizer_from_state(checkpoint["tokenizer"])
+    # by its arch, or the LanguageModel subclass its _target_ names in a module already imported: no other callable
+    cls, config = model_spec(checkpoint["model_config"], imports=False)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} symbols but the model's "
+                         f"vocab_size is {config.vocab_size}")
+    # Lightning prefixes the model's weights with the LitLanguageModel attribute name, "model."
+    weights = {str(k).removeprefix("model."): v for k, v in checkpoint["state_dict"].items()}
+    if problem := weights_problem(described(cls, config), weights):
+        raise ValueError(problem)
+    return cls, config, tokenizer, weights
+
+
+def load_model(path: str | Path, why: str = "") -> LoadedModel:
+    """Rebuild the model (GPT, LSTM, GRU, encoder-decoder, or a model class of the program's own) and its
+    tokenizer from a checkpoint file alone, once ``model_parts`` found them consistent and
+    ``tinylm.models.build`` found that the model fits in memory (else one TinyLMError line, ``refusing_invalid``).
+    """
+    checkpoint = read_checkpoint(path)
+    with refusing_invalid(path):
+        cls, config, tokenizer, weights = model_parts(checkpoint)
+        model = build(cls, config)
+        model.load_state_dict(weights)
+        task = task_of_checkpoint(checkpoint, type(model))
+    tokenizer.origin = vocabulary_origin(path)
     return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), task, why)

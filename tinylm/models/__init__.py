@@ -3,11 +3,12 @@
 A model config names its class: ``_target_`` (conf/model/<name>.yaml), a ``LanguageModel``
 subclass whose ``__init__`` takes ``config: <its ModelConfig dataclass>``; the other keys are that
 config's fields. ``build_model`` checks the class, builds the config dataclass (which refuses a bad
-value) and the model. A checkpoint's ``model_config`` (plain data, see ``model_config``) names
-its class by ``arch`` alone for the architectures below (``gpt`` when absent, as in release 0.1),
-so that older readers rebuild it too, and by ``_target_`` for any other class: one in a tinylm
-module loads as it is, one elsewhere once the program has imported its module (a checkpoint never
-makes tinylm import a module of its choosing, nor call anything but a ``LanguageModel`` subclass).
+value) and, once ``tinylm.models.sizes`` has found that it fits in memory, the model. A checkpoint's
+``model_config`` (plain data, see ``model_config``) names its class by ``arch`` alone for the
+architectures below (``gpt`` when absent, as in release 0.1), so that older readers rebuild it too,
+and by ``_target_`` for any other class: one in a tinylm module loads as it is, one elsewhere once
+the program has imported its module (a checkpoint never makes tinylm import a module of its
+choosing, nor call anything but a ``LanguageModel`` subclass).
 
 Importing the package imports no torch: a model class is imported when it is asked for or built.
 """
@@ -22,9 +23,11 @@ from typing import TYPE_CHECKING
 
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 
+from tinylm.errors import TinyLMError
 from tinylm.models.gpt_checks import gpt_config_problems
 from tinylm.models.rnn_checks import rnn_config_problems
 from tinylm.models.seq2seq_checks import seq2seq_config_problems
+from tinylm.models.sizes import size_problem
 
 if TYPE_CHECKING:
     from tinylm.models.base import LanguageModel, ModelConfig
@@ -41,8 +44,8 @@ BUILT_IN: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
 }
 CHECKS = dict(BUILT_IN.values())  # a built-in class's name -> the checks of its config
 
-__all__ = ["ARCHITECTURES", "BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build_model", "config_class",
-           "model_class", "model_config", "model_config_problems"]
+__all__ = ["ARCHITECTURES", "BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build", "build_model",
+           "config_class", "described", "model_class", "model_config", "model_config_problems", "model_spec"]
 
 
 def __getattr__(name: str):
@@ -158,11 +161,30 @@ def model_config_problems(cfg: dict, imports: bool = True) -> list[str]:
     return config.problems(_fields(cfg))
 
 
-def build_model(config: dict, imports: bool = True) -> LanguageModel:
-    """The model a config describes: ``model.*`` plus ``vocab_size``, or a checkpoint's ``model_config``
-    (``imports=False``). A ValueError (one line) names a problem, a TypeError a key the config class lacks."""
+def model_spec(config: dict, imports: bool = True) -> tuple[type[LanguageModel], ModelConfig]:
+    """The class a model config names and its config dataclass, nothing built: ``model.*`` plus ``vocab_size``,
+    or a checkpoint's ``model_config`` (``imports=False``). A ValueError (one line) names a problem, a
+    TypeError a key the config class lacks."""
     cls = model_class(config, imports)
-    return cls(config_class(cls)(**_fields(config)))
+    return cls, config_class(cls)(**_fields(config))
+
+
+def described(cls: type[LanguageModel], config: ModelConfig) -> dict:
+    """Every field of ``config`` and the class, as ``tinylm.models.sizes`` reads a model."""
+    return {**asdict(config), "_target_": class_name(cls)}
+
+
+def build(cls: type[LanguageModel], config: ModelConfig) -> LanguageModel:
+    """The model, once ``tinylm.models.sizes`` has found that it fits in memory (a TinyLMError with the
+    numbers if not): nothing is allocated for a model that cannot be built."""
+    if problem := size_problem(described(cls, config)):
+        raise TinyLMError(problem)
+    return cls(config)
+
+
+def build_model(config: dict, imports: bool = True) -> LanguageModel:
+    """The model a config describes (``model_spec``), built (``build``)."""
+    return build(*model_spec(config, imports))
 
 
 def model_config(model: LanguageModel) -> dict:

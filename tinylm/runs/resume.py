@@ -25,7 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
-from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, newest_run, read_checkpoint
+from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, model_parts, newest_run, read_checkpoint, refusing_invalid
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 from tinylm.models import config_class, model_class
@@ -184,7 +184,8 @@ def shape_keys(*model_configs: dict) -> list[str]:
 
 
 def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, data: dict | None = None) -> int:
-    """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training.
+    """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training: the model and
+    the vocabulary this config gives, weights that are what the checkpoint's own config describes.
 
     ``data``: the data module's ``identity`` (token count, hash of the ids). Where the checkpoint
     records another text of the same vocabulary (an edited file), one warning says that the
@@ -207,6 +208,8 @@ def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, da
             f"({tokenizer_state['kind']}, {model_config.get('vocab_size')} symbols); resume with the run's own "
             "text and data.tokenizer, or start a new run without ckpt_path"
         )
+    with refusing_invalid(path):  # its weights are what its config describes: Lightning loads them as they are
+        model_parts(checkpoint)
     trained_on = checkpoint.get("data")  # absent from checkpoints before the data had an identity
     if isinstance(trained_on, dict) and data is not None and trained_on.get("sha256") != data["sha256"]:
         logging.getLogger(__name__).warning(

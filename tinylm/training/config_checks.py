@@ -28,6 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
 from tinylm.models import CHECKS, model_config_problems
+from tinylm.models.sizes import size_problem
 from tinylm.tasks import model_class_of, task_of_config
 from tinylm.tasks.text.corpus import missing_data_file
 from tinylm.tasks.translation.numbers_zh import DEMOS
@@ -218,6 +219,8 @@ def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
     model = OmegaConf.to_container(cfg.model, resolve=True)
     own_class = model.get("_target_") not in (None, *CHECKS)  # its module may import torch
     problems = [] if quick and own_class else model_config_problems({**model, "vocab_size": 1})
+    if not problems and (too_big := size_problem({**model, "vocab_size": 1}, vocabulary_known=False)):
+        problems.append(too_big)  # before the data is read: a lower bound, the data's vocabulary adds rows
     unknown = unknown_keys(cfg, RULES, quick)
     missing = object()
     for key, rule in RULES.items():

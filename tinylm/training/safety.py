@@ -2,8 +2,9 @@
 
 - ``AtomicCheckpointIO`` writes ``<name>.tmp`` next to the target, fsyncs it and renames it over
   the target, so ``kill -9`` at any moment leaves either the old good file or the new one (and a
-  ``.tmp`` that the run's next start removes, ``remove_partial_checkpoints``). A write that fails
-  (a full disk) removes its ``.tmp``, keeps the old file and is one ``error:`` line.
+  ``.tmp`` that the next checkpoint written there, the run's next start or the next listing of its
+  checkpoints removes: ``tinylm.runs.partials``). A write that fails (a full disk) removes its
+  ``.tmp``, keeps the old file and is one ``error:`` line.
 - ``GracefulInterrupt`` turns Ctrl-C (SIGINT) and SIGTERM (``kill``, ``docker stop``, a SLURM
   pre-emption) into: finish the step, save ``last.ckpt``, stop. ``train.py`` then exits 130 after
   Ctrl-C and 143 after SIGTERM (128 + the signal's number, as a shell reports a killed program).
@@ -23,8 +24,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from tinylm.errors import TinyLMError
+from tinylm.runs.partials import TMP_SUFFIX, remove_partial_checkpoints
 
-TMP_SUFFIX = ".tmp"  # a checkpoint being written: <name>.ckpt.tmp
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # what stops a run cleanly, as told to the user
 # what a second stop signal does: stop at once (SIGINT raises KeyboardInterrupt, SIGTERM ends the process)
 AT_ONCE = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
@@ -88,6 +89,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + TMP_SUFFIX)
+        remove_partial_checkpoints(path.parent, keep=tmp)  # what a killed writer left: this is the folder's writer
         try:
             with open(tmp, "wb") as f:
                 torch.save(checkpoint, f)
@@ -100,15 +102,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if cause is None:
                 raise
             raise write_failed(path, cause) from None
-
-
-def remove_partial_checkpoints(checkpoint_dir: Path) -> list[Path]:
-    """Remove the ``*.ckpt.tmp`` that a killed run left in ``checkpoint_dir`` (call it while holding
-    the run folder, ``tinylm.runs.lock``); return what was removed."""
-    removed = sorted(Path(checkpoint_dir).glob(f"*.ckpt{TMP_SUFFIX}"))
-    for tmp in removed:
-        tmp.unlink(missing_ok=True)
-    return removed
 
 
 class GracefulInterrupt(L.Callback):
