@@ -182,7 +182,8 @@ def test_translation_checkpoint_scores_every_validation_pair(arch, tmp_path, cap
     (["stride=9"], "stride=9 is larger than the model's block_size=8"),
     (["batch_size=0"], "batch_size=0 must be an integer >= 1"),
     (["run_dir=."], "both ckpt_path and run_dir are set"),
-    (["data.path=foreign.txt", "split=all"], "has 2 character(s) outside the checkpoint's vocabulary ('x' 'z')"),
+    (["data.path=foreign.txt", "split=all"],
+     "has 2 character(s) outside the checkpoint's vocabulary: 'x' 'z'; checkpoint "),
     (["data.path=short.txt", "split=all"], "has 6 tokens, fewer than one window of block_size+1=9"),
     (["data.val_fraction=0"], "the validation split (the last data.val_fraction=0) of"),
 ])

@@ -172,12 +172,10 @@ def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:
     """The probe text's ids, or one clear error if the model cannot read it."""
     if not text:
         raise TinyLMError('text is empty: pass the text to look at, e.g. text="自注意力可以让序列"')
-    missing = tokenizer.unknown(text)
-    if missing:
-        raise TinyLMError(
-            f"text has {len(missing)} character(s) outside the checkpoint's vocabulary: "
-            f"{' '.join(repr(c) for c in missing)}: use characters of the training text"
-        )
+    from tinylm.tokenizer import unknown_characters
+
+    if missing := tokenizer.unknown(text):
+        raise unknown_characters(tokenizer, "text", missing, "use characters of the training text")
     ids = tokenizer.encode(text)
     if len(ids) > block_size:
         raise TinyLMError(

@@ -7,13 +7,48 @@ so a checkpoint alone is enough to generate text, and it loads with ``torch.load
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
+
+from tinylm.errors import TinyLMError
+
+SHOWN = 10  # unknown characters a message names, and known ones it shows
+
+
+class UnknownCharacters(TinyLMError, ValueError):
+    """A text with characters outside a checkpoint's vocabulary (``unknown_characters`` words it)."""
+
+
+def _listed(chars: list[str]) -> str:
+    return " ".join(repr(c) for c in chars[:SHOWN]) + (" ..." if len(chars) > SHOWN else "")
+
+
+def unknown_characters(tokenizer: Tokenizer, what: str, missing: list[str], fix: str) -> UnknownCharacters:
+    """The one error for characters of a text (``what``: "text", "the prompt", "source line 2", ...) that a
+    checkpoint's vocabulary lacks: which, whose vocabulary (``tokenizer.origin``: the checkpoint and the
+    data its run trained on), a few characters it does know, and ``fix`` (what fits the command)."""
+    known = getattr(tokenizer, "itos", [])
+    sample = [c for c in known if c.isalnum()] or [c for c in known if c.isprintable() and not c.isspace()]
+    example = f', e.g. "{"".join(sample[:SHOWN])}"' if sample else ""
+    whose = getattr(tokenizer, "origin", "") or "the checkpoint"
+    return UnknownCharacters(f"{what} has {len(missing)} character(s) outside the checkpoint's vocabulary: "
+                             f"{_listed(missing)}; {whose} has a vocabulary of {tokenizer.vocab_size} symbols"
+                             f"{example}: {fix}")
+
+
+def say_skipped(tokenizer: Tokenizer, what: str, missing: list[str]) -> None:
+    """On stderr, what ``unknown=skip`` left out of a text: how many characters and which."""
+    if missing:
+        whose = getattr(tokenizer, "origin", "") or "the checkpoint"
+        print(f"unknown=skip: left out {len(missing)} character(s) of {what} outside the vocabulary of {whose}: "
+              f"{_listed(missing)}", file=sys.stderr)
 
 
 class CharTokenizer:
     """One id per distinct character of the training text (sorted, so the mapping is stable)."""
 
     kind = "char"
+    origin = ""  # whose vocabulary, for messages: "checkpoint <path> (trained on data.path=...)" once loaded
 
     def __init__(self, itos: list[str]):
         self.itos = list(itos)
@@ -34,10 +69,7 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         missing = self.unknown(text)
         if missing:
-            raise ValueError(
-                f"characters not in the vocabulary ({self.vocab_size} symbols): "
-                + " ".join(repr(c) for c in missing)
-            )
+            raise unknown_characters(self, "the text", missing, "use characters of the training text")
         return [self.stoi[ch] for ch in text]
 
     def decode(self, ids: Iterable[int]) -> str:

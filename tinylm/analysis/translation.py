@@ -25,6 +25,8 @@ from tinylm.tasks.text.printing import unescape
 from tinylm.tasks.translation.batches import collate
 from tinylm.tasks.translation.decoding import encode_source, longest_source, translate, translation_scores
 
+FIX = "remove them: analyze.py reads every character of text= and target="
+
 
 def pairs_of(loaded, text: str, target: str | None) -> list[tuple[list[int], list[int]]]:
     """(source ids, reference ids) per line of ``text`` (``\\n`` between lines), the references from
@@ -33,7 +35,8 @@ def pairs_of(loaded, text: str, target: str | None) -> list[tuple[list[int], lis
     sources = [line for line in unescape(text).split("\n") if line]
     if not sources:
         raise TinyLMError('text is empty: pass source lines to translate, e.g. text="三千零五"')
-    encoded = [encode_source(tokenizer, s, n, "error", longest_source(model)) for n, s in enumerate(sources, 1)]
+    longest = longest_source(model)
+    encoded = [encode_source(tokenizer, s, n, "error", longest, fix=FIX) for n, s in enumerate(sources, 1)]
     if target is None:
         references = translate(model, collate([(ids, []) for ids in encoded])[0])
     else:
@@ -41,7 +44,7 @@ def pairs_of(loaded, text: str, target: str | None) -> list[tuple[list[int], lis
         if len(lines) != len(sources):
             raise TinyLMError(f"target has {len(lines)} line(s) for {len(sources)} source line(s): one reference "
                               "per source, or target=null for the model's own translations")
-        references = [encode_source(tokenizer, t, n, "error", model.config.block_size - 1)
+        references = [encode_source(tokenizer, t, n, "error", model.config.block_size - 1, "target", FIX)
                       for n, t in enumerate(lines, 1)]
     return list(zip(encoded, references, strict=True))
 

@@ -37,10 +37,10 @@ def encoded(loaded: LoadedModel, text: str) -> tuple[list[int], bool]:
     """The text's ids, the last ``context_window`` of them, and whether it was cut."""
     if not text:
         raise TinyLMError("text is empty: type a text to look at")
-    missing = loaded.tokenizer.unknown(text)
-    if missing:
-        raise TinyLMError(f"text has {len(missing)} character(s) outside the run's vocabulary: "
-                          f"{' '.join(repr(c) for c in missing)}: use characters of the training text")
+    from tinylm.tokenizer import unknown_characters
+
+    if missing := loaded.tokenizer.unknown(text):
+        raise unknown_characters(loaded.tokenizer, "text", missing, "type characters of the run's training text")
     ids = loaded.tokenizer.encode(text)
     window = loaded.model.context_window
     if window is not None and len(ids) > window:
@@ -106,7 +106,8 @@ def translation(loaded: LoadedModel, text: str) -> dict:
     if "\n" in text or "\r" in text:
         raise TinyLMError("text holds more than one line: pass one source line to translate")
     tokenizer = loaded.tokenizer
-    ids = encode_source(tokenizer, text, 1, "error", longest_source(loaded.model))
+    ids = encode_source(tokenizer, text, 1, "error", longest_source(loaded.model),
+                        fix="type characters of the run's training text")
     written, cross = translation_with_cross_attention(loaded.model, ids)  # cross: per layer (1, h, T, S)
     if cross is None:  # a decoder-only model continues source + BEGIN: no cross-attention
         return {"source": pieces(tokenizer, ids), "target": pieces(tokenizer, written),

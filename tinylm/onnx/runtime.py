@@ -127,6 +127,7 @@ def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
     if problem:
         raise TinyLMError(f"{path} has inconsistent metadata: {problem}: the file was altered or damaged: "
                           f"{EXPORT_HINT}")
+    model.tokenizer.origin = f"ONNX model {path}"  # named by every message about its vocabulary
     return model
 
 

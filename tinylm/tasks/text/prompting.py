@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from tinylm.errors import TinyLMError
-from tinylm.tokenizer import Tokenizer
+from tinylm.tokenizer import Tokenizer, say_skipped, unknown_characters
 
 UNKNOWN_POLICIES = ("error", "skip")
 
@@ -46,7 +46,7 @@ def validate_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0,
 def encode_prompt(tokenizer: Tokenizer, prompt: str, unknown: str = "error") -> list[int]:
     """Prompt text -> ids, dealing with characters outside the vocabulary.
 
-    ``unknown="error"`` refuses them, naming each one; ``"skip"`` drops them. An empty prompt
+    ``unknown="error"`` refuses them, naming each one; ``"skip"`` drops them and says which on stderr. An empty prompt
     (or one left empty after skipping) starts from a newline when the vocabulary has one (as if
     at the start of a line of the corpus), else from token 0.
     """
@@ -54,11 +54,8 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, unknown: str = "error") -> 
         raise TinyLMError(f"unknown={unknown!r}: choose one of {', '.join(UNKNOWN_POLICIES)}")
     missing = tokenizer.unknown(prompt)
     if missing and unknown == "error":
-        raise TinyLMError(
-            f"the prompt has {len(missing)} character(s) outside the checkpoint's vocabulary "
-            f"of {tokenizer.vocab_size} symbols: {' '.join(repr(c) for c in missing)}: "
-            "remove them or pass unknown=skip"
-        )
+        raise unknown_characters(tokenizer, "the prompt", missing, "remove them or pass unknown=skip")
+    say_skipped(tokenizer, "the prompt", missing)
     prompt = "".join(ch for ch in prompt if ch not in missing)
     if prompt:
         return tokenizer.encode(prompt)

@@ -11,6 +11,7 @@ from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
 from tinylm.tasks.text.printing import Sampler, print_samples
+from tinylm.tokenizer import unknown_characters
 
 
 class TextTask(Task):
@@ -76,7 +77,5 @@ def text_ids(tokenizer, text: str, source: str):
     try:
         return encode_array(tokenizer, text)
     except ValueError:
-        missing = tokenizer.unknown(text)
-        raise TinyLMError(f"{source} has {len(missing)} character(s) outside the checkpoint's vocabulary "
-                          f"({' '.join(repr(c) for c in missing[:10])}{' ...' if len(missing) > 10 else ''}): "
-                          "score a text in the language it was trained on, or remove them") from None
+        raise unknown_characters(tokenizer, source, tokenizer.unknown(text),
+                                 "score a text in the language it was trained on, or remove them") from None

@@ -36,7 +36,7 @@ from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
 from tinylm.tasks.text.sampling import generate, sample_next, suppress
 from tinylm.tasks.translation.symbols import IGNORE
-from tinylm.tokenizer import Tokenizer
+from tinylm.tokenizer import Tokenizer, say_skipped, unknown_characters
 
 NEVER_WRITTEN = (PAD_ID, BEGIN_ID)  # symbols a translation never contains: masked out of every step
 
@@ -207,15 +207,23 @@ def longest_source(model: LanguageModel) -> int:
     return model.config.block_size - (0 if is_encoder_decoder(model) else 2)
 
 
-def encode_source(tokenizer: Tokenizer, source: str, number: int, unknown: str, longest: int) -> list[int]:
-    """The ids of source line ``number`` (none for an empty line), or one TinyLMError naming the line and the fix."""
-    missing = tokenizer.unknown(source)
+SKIP_FIX = "remove them or pass unknown=skip"  # generate.py's advice: the command that takes unknown=
+SIDES = {"source": "translates sources", "target": "writes targets"}
+
+
+def encode_source(tokenizer: Tokenizer, line: str, number: int, unknown: str, longest: int, side: str = "source",
+                  fix: str = SKIP_FIX) -> list[int]:
+    """The ids of ``side`` line ``number`` (a source, or a target: a reference translation; none for an empty
+    line), or one TinyLMError naming that line and ``fix``, the advice that fits the caller. ``unknown="skip"``
+    leaves out the characters the vocabulary lacks and says which on stderr."""
+    what = f"{side} line {number}"
+    missing = tokenizer.unknown(line)
     if missing and unknown == "error":
-        raise TinyLMError(f"source line {number} has {len(missing)} character(s) outside the checkpoint's "
-                          f"vocabulary: {' '.join(repr(c) for c in missing)}: remove them or pass unknown=skip")
-    ids = tokenizer.encode("".join(c for c in source if c not in missing))
+        raise unknown_characters(tokenizer, what, missing, fix)
+    say_skipped(tokenizer, what, missing)
+    ids = tokenizer.encode("".join(c for c in line if c not in missing))
     if len(ids) > longest:
-        raise TinyLMError(f"source line {number} is {len(ids)} characters long but the model translates sources "
+        raise TinyLMError(f"{what} is {len(ids)} characters long but the model {SIDES[side]} "
                           f"of at most {longest} characters: split it or shorten it")
     return ids
 
