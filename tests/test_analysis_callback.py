@@ -19,7 +19,7 @@ def test_head_scores_are_logged_by_layer_as_images_and_in_metrics_json(tmp_path,
     run = tmp_path / "run"
     train_in_process(run, *RUN, f"data.path={tiny_text_file}", "callbacks.head_scores.every_n_steps=5",
                      "callbacks.head_scores.images_every_n_steps=null")
-    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "images": 0}).Reload()
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0, "images": 0}).Reload()
     scalars = {tag for tag in events.Tags()["scalars"] if "head" in tag}
     assert scalars == {f"probe_heads_layer{layer}/{score}_head{head}" for layer in (0, 1) for head in (0, 1)
                        for score in ("previous_token", "induction", "entropy")}

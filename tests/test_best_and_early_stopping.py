@@ -117,7 +117,7 @@ def test_best_val_loss_is_reported_next_to_the_final_one(rising_run):
     assert not (run / "running.json").exists()  # only while training
 
     # the best is the lowest point of the loss/val curve, at the 10th validation (step 30)
-    events = EventAccumulator(str(run / "tensorboard"))
+    events = EventAccumulator(str(run))
     events.Reload()
     curve = [e.value for e in events.Scalars("loss/val")]
     assert len(curve) == 12 and min(curve) == pytest.approx(metrics["best_val_loss"]) and curve.index(min(curve)) == 9

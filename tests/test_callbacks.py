@@ -64,7 +64,7 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
         f"callbacks.attention_maps.every_n_steps={every}",
         f"callbacks.next_token_probes.every_n_steps={every}",
     )  # the default corpus: it has the default prompts and probe characters
-    acc = events(run / "tensorboard")
+    acc = events(run)
     scalars = acc.Tags()["scalars"]
     assert {"loss/train", "loss/val"} <= set(scalars)
     assert "epoch" not in scalars  # the training stream has no epochs
@@ -100,15 +100,15 @@ def test_train_py_logs_samples_attention_probes_and_embeddings(tmp_path):
     hparams = event_multiplexer.EventMultiplexer()
     hparams.AddRunsFromDirectory(str(run))
     hparams.Reload()
-    assert "_hparams_/session_end_info" in hparams.PluginRunToTagToContent("hparams")["tensorboard"]
+    assert "_hparams_/session_end_info" in hparams.PluginRunToTagToContent("hparams")["."]
 
-    (metadata,) = (run / "tensorboard").glob("*/token_embedding/metadata.tsv")
+    (metadata,) = run.glob("*/token_embedding/metadata.tsv")
     labels = metadata.read_text(encoding="utf-8").splitlines()
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     itos = ckpt["tokenizer"]["itos"]
     assert len(labels) == len(itos)  # one row per token; newline and space are visible labels
     assert labels[itos.index("\n")] == "↵" and labels[itos.index(" ")] == "␣"
-    assert (run / "tensorboard" / "projector_config.pbtxt").exists()
+    assert (run / "projector_config.pbtxt").exists()
 
 
 def test_a_failing_plot_is_a_warning_and_training_continues(tmp_path, tiny_text_file,
@@ -303,4 +303,4 @@ def test_debug_shapes_prints_every_stage_of_one_batch(tmp_path):
     assert f"({B}, {T}, {V})" in row("logits")
     assert f"({B * T}, {V})" in row("loss input: logits")
     assert f"B (sequences per batch) = {B}" in output
-    assert not (run / "tensorboard").exists() and not (run / "checkpoints").exists()
+    assert not list(run.glob("events.out.tfevents.*")) and not (run / "checkpoints").exists()

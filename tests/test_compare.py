@@ -28,7 +28,7 @@ def fake_run(run_dir: Path, overrides: list[str], metrics: dict, curve: dict[str
               "optim": {"lr": 1e-3}, "trainer": {"max_steps": 20}}
     OmegaConf.save(OmegaConf.create(config), run_dir / ".hydra" / "config.yaml")
     (run_dir / "metrics.json").write_text(json.dumps({"steps": 20, "interrupted": False, **metrics}))
-    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    writer = SummaryWriter(str(run_dir))
     for tag, values in curve.items():
         for i, value in enumerate(values):
             writer.add_scalar(tag, value, (i + 1) * 10)

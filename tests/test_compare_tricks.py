@@ -32,7 +32,7 @@ def fake_seed_run(run_dir: Path, overrides: list[str], wall: float, steps: int, 
     OmegaConf.save(OmegaConf.create(config), run_dir / ".hydra" / "config.yaml")
     (run_dir / "metrics.json").write_text(json.dumps({"steps": steps, "wall_seconds": wall, "interrupted": False}))
     (run_dir / EVALUATION).write_text(json.dumps({"loss": evaluated, "bpc": 1.0, "tokens": 100}))
-    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    writer = SummaryWriter(str(run_dir))
     for i, value in enumerate(curve, start=1):
         writer.add_scalar("loss/val", value, i * steps // len(curve), walltime=1000.0 + i * wall / len(curve))
     writer.close()

@@ -145,7 +145,7 @@ def test_debug_fast_runs_five_steps_without_loggers(tmp_path, tiny_text_file):
     train_main(cfg)
     ckpt, metrics = read_run(run)
     assert metrics["steps"] == ckpt["global_step"] == 5
-    assert not (run / "tensorboard").exists()
+    assert not list(run.glob("events.out.tfevents.*"))
 
 
 def test_debug_profile_writes_the_simple_profiler_report(tmp_path, tiny_text_file):
@@ -159,7 +159,7 @@ def test_debug_profile_writes_the_simple_profiler_report(tmp_path, tiny_text_fil
     assert int(rows["run_training_batch"][1]) == steps == 50  # Num calls: one per training step
     assert int(rows["[LightningModule]LitLanguageModel.optimizer_step"][1]) == steps
     assert float(rows["Total"][2]) > 0  # Total time (s)
-    assert not (run / "tensorboard").exists()
+    assert not list(run.glob("events.out.tfevents.*"))
 
 
 def test_debug_overfit_drives_train_loss_to_near_zero(tmp_path, tiny_text_file):
@@ -169,7 +169,7 @@ def test_debug_overfit_drives_train_loss_to_near_zero(tmp_path, tiny_text_file):
                   output_dir=run)
     assert cfg.trainer.overfit_batches == 2 and cfg.model.dropout == 0.0
     train_main(cfg)
-    events = EventAccumulator(str(run / "tensorboard"))
+    events = EventAccumulator(str(run))
     events.Reload()
     losses = [e.value for e in events.Scalars("loss/train")]
     assert losses[0] > 0.8 * math.log(len(set(TINY_TEXT)))  # starts near chance

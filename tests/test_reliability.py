@@ -197,7 +197,7 @@ def test_ctrl_c_saves_last_checkpoint_and_resume_last_continues(tmp_path, tiny_t
     done = train_py("ckpt_path=last", f"paths.log_dir={tmp_path}", f"trainer.max_steps={step + 5}")
     assert f"resuming run {run} from last.ckpt in its own folder" in done.stdout
     assert torch.load(last, weights_only=True)["global_step"] == step + 5
-    writers = {p.name.split(".")[-2] for p in (run / "tensorboard").glob("events.*")}  # by process id
+    writers = {p.name.split(".")[-2] for p in run.glob("events.*")}  # by process id
     assert len(writers) == 2  # the same TensorBoard run, continued by the resume (this process)
     assert len(list(tmp_path.glob("runs/*"))) == 1
 

@@ -96,7 +96,7 @@ def test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share(tm
     for job in ok:
         assert metrics(job)["steps"] == 20
         assert (job / "checkpoints" / "last.ckpt").is_file()
-        assert list((job / "tensorboard").rglob("events.*"))  # its own TensorBoard run
+        assert list(job.rglob("events.*"))  # its own TensorBoard run
         log = (job / "train.log").read_text()
         cores = len(os.sched_getaffinity(0))
         assert f"sweep job: {max(1, cores // 2)} thread(s)" in log  # cores // n_jobs

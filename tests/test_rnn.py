@@ -124,7 +124,7 @@ def test_lstm_trains_with_the_same_module_and_callbacks(lstm_run):
     assert "lstm.0" in log and "8,213" in log  # the parameter table
     assert log.count("AttentionMaps: the lstm model has no attention to draw") == 1
     assert "failed" not in log  # every other callback ran (samples, probes, projector)
-    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert list(run.glob("events.out.tfevents.*"))
 
 
 def test_generate_samples_from_an_lstm_checkpoint(lstm_run, capsys):

@@ -38,7 +38,7 @@ def test_a_translation_run_ends_with_its_exact_match_and_cer_logged_beside_the_l
                               f"{metrics['val_exact_match']:.3f}", f"{metrics['val_cer']:.3f}",
                               f"{metrics['best_val_loss']:.4f}", str(run))
     assert {k for k in metrics if k.startswith("val_")} == {"val_loss", "val_bpc", "val_exact_match", "val_cer"}
-    events = EventAccumulator(str(run / "tensorboard"))
+    events = EventAccumulator(str(run))
     events.Reload()
     scalars = events.Tags()["scalars"]
     # TensorBoard's Scalars and Time Series group cards by the tag's part before the first "/"

@@ -286,7 +286,7 @@ def test_train_generate_and_visualize(tmp_path, capsys):
     assert is_encoder_decoder(loaded.model) and loaded.tokenizer.itos[:3] == ["\x00", "\x02", "\x03"]
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "tensors": 0})
     events.Reload()
     assert {"loss/val_exact_match", "loss/val_cer", "loss/val"} <= set(events.Tags()["scalars"])
     assert {"maps/cross_attention_layer0", "maps/encoder_layer0"} <= set(events.Tags()["images"])

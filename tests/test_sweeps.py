@@ -88,8 +88,8 @@ def test_grid_sweep_runs_every_job_and_fails_the_impossible_one_alone(grid_sweep
     names = {"0": "model.n_embd=24,model.num_heads=2", "1": "model.n_embd=24,model.num_heads=3",
              "2": "model.n_embd=32,model.num_heads=2"}
     for name, metrics in done.items():
-        assert [p.name for p in (jobs[name] / "tensorboard").iterdir()] == [names[name]]
-        events = EventAccumulator(str(jobs[name] / "tensorboard" / names[name]))
+        assert {p.parent.name for p in jobs[name].glob("*/events.out.tfevents.*")} == {names[name]}
+        events = EventAccumulator(str(jobs[name] / names[name]))
         events.Reload()
         assert events.Scalars("summary/val_loss")[-1].value == pytest.approx(metrics["val_loss"])
         assert events.Scalars("summary/best_val_loss")[-1].value == pytest.approx(metrics["best_val_loss"])
@@ -436,7 +436,7 @@ def test_ddp_on_two_cpu_processes_shares_one_run_folder(tmp_path, tiny_text_file
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
     assert (run / "train_ddp_process_1.log").exists()  # rank 1 ran, in rank 0's folder
     # TensorBoard files (scalars, attention maps, samples) all come from one process: rank 0
-    events = (run / "tensorboard").glob("events.out.tfevents.*")
+    events = run.glob("events.out.tfevents.*")
     assert len({re.search(r"\.(\d+)\.\d+$", p.name).group(1) for p in events}) == 1  # <time>.<host>.<pid>.<n>
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tiny.txt"]  # no second run folder
     assert not list(tmp_path.rglob(".pl_ddp_hydra_*"))

@@ -58,7 +58,7 @@ def never_built(monkeypatch, classes) -> None:
 
 
 def tags(run_dir) -> dict[str, set[str]]:
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0, "tensors": 0, "scalars": 0})
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "tensors": 0, "scalars": 0})
     events.Reload()
     return {kind: set(events.Tags()[kind]) for kind in ("images", "tensors", "scalars")}
 
@@ -90,7 +90,7 @@ def test_a_seq2seq_run_on_pairs_logs_the_translation_views_and_no_text_view(tmp_
     assert "translations/text_summary" in found["tensors"]
     assert {"loss/val_exact_match", "loss/val_cer"} <= found["scalars"] and 0 <= metrics["val_exact_match"] <= 1
     assert text_tags(found) == set()
-    assert "token_embedding" in " ".join(p.name for p in (run / "tensorboard").rglob("*"))  # the shared projector
+    assert "token_embedding" in " ".join(p.name for p in run.rglob("*"))  # the shared projector
     assert SKIPPED not in caplog.text
     loaded = load_model(run / "checkpoints" / "last.ckpt")
     hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]

@@ -26,7 +26,7 @@ def test_train_writes_a_complete_run_folder(tmp_path, tiny_text_file):
     )
     assert "total" in proc.stdout and "lm_head" in proc.stdout  # the parameter table
     assert (run / ".hydra" / "config.yaml").exists()
-    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert list(run.glob("events.out.tfevents.*"))
     assert (run / "checkpoints" / "last.ckpt").exists()
     assert len(list((run / "checkpoints").glob("best-step*.ckpt"))) == 1
     metrics = json.loads((run / "metrics.json").read_text())
@@ -91,8 +91,8 @@ def test_multirun_gives_each_job_its_own_folder(tmp_path, tiny_text_file):
     params = [json.loads((p / "metrics.json").read_text())["num_params"] for p in jobs]
     assert params[0] < params[1]
     # each job's TensorBoard run is named by what the sweep varies, not by the settings all jobs share
-    runs = sorted(str(p.parent.relative_to(sweep)) for p in sweep.glob("*/tensorboard/*/events.*"))
-    assert sorted(set(runs)) == ["0/tensorboard/model.n_embd=16", "1/tensorboard/model.n_embd=32"]
+    runs = sorted(str(p.parent.relative_to(sweep)) for p in sweep.glob("*/*/events.*"))
+    assert sorted(set(runs)) == ["0/model.n_embd=16", "1/model.n_embd=32"]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import save_png
+from tinylm.runs.events_folder import events_folder
 from tinylm.runs.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"
@@ -25,7 +26,7 @@ def scalar_curve(run_dir: Path, tag: str) -> tuple[list[int], list[float]]:
     """(steps, values) of one scalar from a run's TensorBoard event files; empty if not logged."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    folder = run_dir / "tensorboard"
+    folder = events_folder(run_dir)
     if not folder.is_dir():
         return [], []
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point

@@ -19,6 +19,8 @@ import json
 import statistics
 from pathlib import Path
 
+from tinylm.runs.events_folder import events_folder
+
 EVALUATION = "evaluate.json"
 
 
@@ -49,7 +51,7 @@ def timed_curve(run_dir: Path) -> tuple[list[float], list[float], list[int]]:
     """(seconds since training started, loss/val, step) at each validation of a run, from its TensorBoard events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events = EventAccumulator(str(events_folder(run_dir)), size_guidance={"scalars": 0})
     events.Reload()
     if "loss/val" not in events.Tags().get("scalars", []):
         return [], [], []

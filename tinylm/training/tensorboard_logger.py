@@ -1,12 +1,14 @@
-"""The run's TensorBoard logger: Lightning's, without the ``epoch`` scalar, and with sweep jobs named
-by what they sweep.
+"""The run's TensorBoard logger: Lightning's, without the ``epoch`` scalar, its event files in the run
+folder itself, and sweep jobs named by what they sweep.
 
 - Lightning adds an ``epoch`` value to every logged step. The training stream has no epochs, so
   that scalar is a flat line at 0 that only pushes the real curves down the first screen.
-- In a sweep, each job's TensorBoard run is named by its swept settings
-  (``<job>/tensorboard/model.n_embd=32,model.num_heads=2``), so the run list and every legend say
-  which curve is which. A single run is named by its folder: its start time and the settings its
-  command line changed (``tinylm.runs.folder.run_name``).
+- TensorBoard names a run by the folder of its event files, relative to ``--logdir``. They are written
+  into the run folder itself, so a single run is named by its folder: its start time and the
+  settings its command line changed (``tinylm.runs.folder.run_name``), nothing more. In a sweep,
+  each job's events go into a folder of the job named by its swept settings
+  (``<job>/model.n_embd=32,model.num_heads=2``), so the run list and every legend say which curve
+  is which. ``tinylm.runs.events_folder`` finds them, and those of earlier releases (``tensorboard/``).
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ def swept_settings() -> str | None:
 
 
 class RunTensorBoardLogger(TensorBoardLogger):
-    """``TensorBoardLogger`` that drops Lightning's ``epoch`` and names sweep jobs by their settings."""
+    """``TensorBoardLogger`` that drops Lightning's ``epoch``, writes into ``save_dir`` itself (the run folder;
+    ``name`` adds a folder) and names sweep jobs by their settings."""
 
-    def __init__(self, save_dir: str, name: str = "tensorboard", version: str | int | None = "", **kwargs):
+    def __init__(self, save_dir: str, name: str = "", version: str | int | None = "", **kwargs):
         super().__init__(save_dir, name=name, version=swept_settings() or version, **kwargs)
 
     @rank_zero_only
