@@ -150,8 +150,9 @@ def show_view(name: str, ready: str):
 
 def show_translation(browser, page: str, source: str | None = None) -> None:
     """A translation run's translation and cross-attention (of ``source``, typed into the source box;
-    None: the text it opens with), a target character hovered."""
-    show_view("translation", "$('.target-text') || $('.msg.error')")(browser, page)
+    None: the run's own example source, which it opens with), a target character hovered. The view is
+    ready once its source box answers: a translation, an error or a note (an empty box)."""
+    show_view("translation", "$('.target-text') || $('.translation .msg:not(.loading)')")(browser, page)
     if source is not None:
         type_text(browser, page, "textarea.textin", source)
         wait_for(browser, page, f"$('.target-text') && $('textarea.textin').value === {json.dumps(source)}"

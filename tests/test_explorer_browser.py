@@ -128,3 +128,43 @@ def test_type_a_text_hover_a_character_and_switch_a_head_off(gpt_run, tmp_path: 
         if browser:
             browser.close()
         tb.stop(server.proc)
+
+
+# The switchboard's layout: where its switches sit in its card, and the card beside the predictions'.
+SWITCHBOARD = """(() => {
+    const card = $('.switchboard').closest('.card'), preds = $('table.preds').closest('.card');
+    const style = frameWindow.getComputedStyle(card);
+    const contentLeft = card.getBoundingClientRect().left + card.clientLeft + parseFloat(style.paddingLeft);
+    const labels = Math.max(...$$('.switches .rowhead').map(e => e.getBoundingClientRect().width));
+    const firstSwitch = Math.min(...$$('button.switch').map(e => e.getBoundingClientRect().left));
+    return {offset: firstSwitch - contentLeft, labels,
+            besidePredictions: Math.abs(card.getBoundingClientRect().top - preds.getBoundingClientRect().top) < 1};
+})()"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium: apt-get install chromium fonts-noto-cjk")
+def test_the_switchboard_stays_beside_the_predictions_with_its_switches_next_to_their_labels(gpt_run, tmp_path):
+    """Every head switched off (the longest caption): the switches still start right after the layer labels,
+    and the card stays beside the predictions, at 1280 px as at 1000."""
+    server = tb.TensorBoard(gpt_run.log_dir, tb.free_port(), tmp_path / "tensorboard.log")
+    browser = None
+    try:
+        assert server.wait_for_data(0, ["tinylm"], timeout=90) == {"tinylm"}, tb.last_line(server.log)
+        browser = tb.Chromium(tb.find_chromium(), str(tmp_path / "profile"), tmp_path / "chromium.log")
+        for width in (1280, 1000):
+            page = browser.open(f"{server.url}/#tinylm", width, 800, timeout=60)
+            ui.wait_for(browser, page, ui.predictions_ready(0), "the predictions", timeout=60)
+            heads = ui.tab(browser, page, "$$('button.switch').map(b => b.dataset.head)")
+            for off, head in enumerate(heads, start=1):
+                ui.click(browser, page, f'button.switch[data-head="{head}"]')
+                ui.wait_for(browser, page, ui.predictions_ready(off), f"the predictions with {off} head(s) off")
+            layout = ui.tab(browser, page, SWITCHBOARD)
+            assert layout["offset"] <= layout["labels"] + 12, layout  # 4 px gap, the label's 4 px padding, slack
+            assert layout["besidePredictions"], layout
+            browser.close_page(page)
+    finally:
+        if browser:
+            browser.close()
+        tb.stop(server.proc)

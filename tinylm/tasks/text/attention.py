@@ -21,6 +21,7 @@ from tinylm.callbacks.inspector import (
 )
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
+from tinylm.tasks.probe_text import OPENING_CHARS, known_probe, record_probe
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 
@@ -56,6 +57,16 @@ def add_rgb_image(writer, tag: str, rgb: np.ndarray, step: int) -> None:
     image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=png(rgb))
     # what add_image does with its Summary; _get_file_writer reopens a closed writer as it does
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+
+
+def record_in_run_folder(trainer, text: str) -> None:
+    """Record the text a view is drawn on in the run folder (the TensorBoard logger's ``save_dir``), where the
+    tinylm tab opens the run on it (``tinylm.tasks.probe_text``)."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            record_probe(logger.save_dir, text)
 
 
 WEIGHTS_TAG = "tinylm/probe_attention"  # the raw weights' tag; plugin name "tinylm" (tinylm.explorer reads it)
@@ -106,7 +117,8 @@ class AttentionMaps(AttentionInspector):
     ``text``: the probe; characters outside the vocabulary are skipped with a warning. A probe with
     fewer than 2 usable characters (blank, or unknown) is replaced by the first 16 characters of the
     training text's first line, and without such a line the maps are off for the run: decided once,
-    when training starts, in one warning saying what to set. The causal mask for the probe's length
+    when training starts, in one warning saying what to set. The probe drawn is recorded in the run
+    folder (``probe.txt``): the tinylm tab opens the run on it. The causal mask for the probe's length
     is logged once, as ``maps/causal_mask``, when training starts.
 
     With each set of images, and every ``weights_every_n_steps`` steps between them (null: only with the
@@ -135,12 +147,11 @@ class AttentionMaps(AttentionInspector):
 
     def probe_ids(self, trainer, tokenizer: Tokenizer, block_size: int) -> list[int]:
         """The probe's token ids (at most block_size), or [] when there is none (said once)."""
-        usable = "".join(ch for ch in self.text if ch not in tokenizer.unknown(self.text))
-        if len(usable.strip()) >= 2:
+        if known_probe(self.text, tokenizer.unknown) is not None:
             text = without_unknown(tokenizer, self.text, "attention probe text")  # names the skipped ones
         else:
             try:
-                text = training_text_opening(trainer, tokenizer, 16)
+                text = training_text_opening(trainer, tokenizer, OPENING_CHARS)
             except TinyLMError:
                 text = ""
             problem = f"AttentionMaps: the probe text {self.text!r} has fewer than 2 non-blank known characters"
@@ -157,13 +168,16 @@ class AttentionMaps(AttentionInspector):
         return ids[:block_size]
 
     def _prepare(self, trainer, module) -> None:
-        """Decide the probe once per run: its ids and labels, or [] (no maps) also when this fails."""
+        """Decide the probe once per run: its ids and labels, or [] (no maps) also when this fails; a probe
+        decided is recorded in the run folder (``record_in_run_folder``)."""
         if self._ids is None:
             self._ids = []
             tokenizer = tokenizer_from_state(module.tokenizer_state)
             self._ids = self.probe_ids(trainer, tokenizer, module.model.config.block_size)
             self._labels = plotting.token_labels(tokenizer, self._ids)
             self._pieces = [tokenizer.decode_piece([i]) for i in self._ids]
+            if self._ids:
+                record_in_run_folder(trainer, tokenizer.decode(self._ids))
 
     def _probe_writer(self, trainer, module):
         """TensorBoard's writer, the probe decided; None without a writer or without a probe to draw."""

@@ -13,7 +13,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
-from tinylm.tasks.text.attention import AttentionInspector, add_rgb_image
+from tinylm.tasks.text.attention import AttentionInspector, add_rgb_image, record_in_run_folder
 from tinylm.tasks.translation.batches import pad
 from tinylm.tasks.translation.decoding import continue_sources, translate
 from tinylm.tasks.translation.figures import translation_figures
@@ -64,7 +64,8 @@ class TranslationMaps(AttentionInspector):
     ``source``: the text to translate; null takes the first validation pair's source. Logged as
     ``maps/cross_attention_layer<N>`` (rows: the characters the model writes, the last one the
     end symbol; columns: the source) and ``maps/encoder_layer<N>``; for a decoder-only model,
-    ``maps/pair_attention_layer<N>`` (source + BEGIN + translation).
+    ``maps/pair_attention_layer<N>`` (source + BEGIN + translation). The source drawn is recorded in the run
+    folder (``probe.txt``): the tinylm tab's Translation view opens on it.
     """
 
     def __init__(self, every_n_steps: int | None = 250, source: str | None = None):
@@ -92,7 +93,8 @@ class TranslationMaps(AttentionInspector):
             return
         tokenizer = tokenizer_from_state(module.tokenizer_state)
         step = trainer.global_step
-        figures = translation_figures(module.model, tokenizer, self.source_ids(trainer, module),
-                                               note=f"step {step}", reuse=self._figures)
+        source = self.source_ids(trainer, module)
+        record_in_run_folder(trainer, tokenizer.decode(source))
+        figures = translation_figures(module.model, tokenizer, source, note=f"step {step}", reuse=self._figures)
         for name, figure in figures:
             add_rgb_image(writer, f"maps/{name}", plotting.render_rgb(figure), step)

@@ -1,0 +1,27 @@
+"""The text a run's attention views are drawn on (its probe; a translation run's source), chosen when
+training starts and recorded in the run folder (``PROBE_FILE``), where the tinylm tab reads it back.
+Torch-free: the tab lists runs with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+PROBE_FILE = "probe.txt"  # in the run folder: the probe as UTF-8 text, exactly
+OPENING_CHARS = 16  # a probe taken from the training text: its first line's first characters
+
+
+def known_probe(text: str, unknown: Callable[[str], list[str]]) -> str | None:
+    """``text`` without the characters the vocabulary lacks (``unknown(text)`` lists them), when at least 2
+    non-blank characters remain; None otherwise (the probe is then the training text's opening)."""
+    missing = set(unknown(text))
+    usable = "".join(ch for ch in text if ch not in missing)
+    return usable if len(usable.strip()) >= 2 else None
+
+
+def record_probe(folder: str | Path, text: str) -> None:
+    """Write the run's probe into ``folder`` (the run folder) as ``PROBE_FILE``."""
+    path = Path(folder) / PROBE_FILE
+    if not path.is_file() or path.read_text(encoding="utf-8", errors="replace") != text:
+        path.write_text(text, encoding="utf-8")
