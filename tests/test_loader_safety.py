@@ -167,7 +167,7 @@ def test_a_checkpoint_too_big_for_memory_names_itself(tmp_path, monkeypatch):
 # ckpt_path that is not a file
 
 
-def test_ckpt_path_says_what_it_names_when_not_a_file(tmp_path):
+def test_ckpt_path_and_run_dir_say_what_they_name_when_not_what_they_take(tmp_path):
     folder = tmp_path / "a_folder"
     folder.mkdir()
     assert one_line_error(choose_checkpoint, ckpt_path=folder) == (
@@ -177,6 +177,11 @@ def test_ckpt_path_says_what_it_names_when_not_a_file(tmp_path):
     assert one_line_error(choose_checkpoint, ckpt_path=fifo) == (
         f"checkpoint file {fifo} is a FIFO (named pipe): check ckpt_path=...")
     assert "does not exist" in one_line_error(choose_checkpoint, ckpt_path=tmp_path / "nope.ckpt")
+    assert one_line_error(choose_checkpoint, run_dir=fifo) == (
+        f"run folder {fifo} is a FIFO (named pipe): check run_dir=...")
+    (tmp_path / "last.ckpt").write_bytes(b"")
+    assert one_line_error(choose_checkpoint, run_dir=tmp_path / "last.ckpt") == (
+        f"run folder {tmp_path / 'last.ckpt'} is a file: pass a checkpoint file as ckpt_path=...")
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,22 +35,25 @@ from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.text.printing import shown_path
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
+if TYPE_CHECKING:  # choosing a checkpoint imports no torch: a command with no run to load answers at once
+    from tinylm.models import LanguageModel, ModelConfig
+
 RUN_PATTERNS = ("runs/*", "multirun/*/*")  # run folders, relative to the outputs folder
 REQUIRED_KEYS = ("state_dict", "model_config", "tokenizer")
 TRAIN_HINT = "train one with `python train.py`"
 
 
-def not_a_file(path: Path) -> str:
-    """What ``path`` is when it is not a regular file: "is a folder", "is a FIFO (named pipe)", "does not exist"..."""
+def what_it_is(path: Path) -> str:
+    """What ``path`` is, for a message: "is a folder", "is a file", "is a FIFO (named pipe)", "does not exist", ..."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
         return "is a broken symbolic link" if path.is_symlink() else "does not exist"
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    return "is " + next((name for test, name in kinds if test(mode)), "not a regular file")
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return "is " + next((name for test, name in kinds if test(mode)), "not a file or a folder")
 
 
 def run_checkpoints(run_dir: Path) -> list[Path]:
@@ -88,7 +91,8 @@ def checkpoint_in_run(run_dir: str | Path) -> Chosen:
     """The checkpoint to sample from in one run folder: its best, else its last."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise TinyLMError(f"run folder {run_dir} does not exist: check run_dir=...")
+        fix = "pass a checkpoint file as ckpt_path=..." if run_dir.is_file() else "check run_dir=..."
+        raise TinyLMError(f"run folder {run_dir} {what_it_is(run_dir)}: {fix}")
     found = run_checkpoints(run_dir)
     if not found:
         raise TinyLMError(
@@ -164,7 +168,7 @@ def choose_checkpoint(
         if not path.is_file():
             fix = "pass a .ckpt file as ckpt_path=..., or a run folder as run_dir=..." if path.is_dir() else \
                 "check ckpt_path=..."
-            raise TinyLMError(f"checkpoint file {path} {not_a_file(path)}: {fix}")
+            raise TinyLMError(f"checkpoint file {path} {what_it_is(path)}: {fix}")
         return Chosen(path)
     if run_dir:
         return checkpoint_in_run(run_dir)
