@@ -1,7 +1,8 @@
 """Reading a user's file safely: only regular files, never more than a size cap, known codecs.
 
 ``/dev/zero`` would be read without end, a FIFO with no writer would block forever, and a
-directory or a socket has no text: each is refused with one line before a byte is read. And
+directory or a socket has no text: each is refused with one line before a byte is read (and a
+symbolic link, where the caller follows none), and what is read is opened without blocking. And
 before a long job writes its output: whether the folder for it can be made and written.
 """
 
@@ -18,51 +19,76 @@ CHUNK = 16 * MIB  # what a file that grows while being read is read on by
 DECODE_HANDLERS = "strict, replace, ignore or backslashreplace"
 
 
-def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key: str) -> bytes:
+def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key: str | None = None,
+                      links: bool = True) -> bytes:
     """The bytes of the regular file ``path``, refused with one line when it is not one or too big.
 
     ``key`` names the setting that gave the path (e.g. ``data.path``), ``cap_key`` the setting
-    that raises the cap of ``max_mib`` MiB for those who really mean it.
+    that raises the cap of ``max_mib`` MiB for those who really mean it (None: nothing does).
+    Without ``links``, a symbolic link is refused too. The file is opened without blocking and
+    checked again once open, so a path that becomes a FIFO or a device meanwhile is refused as well.
     """
     path = Path(path)
-    info = regular_file(path, key)
+    capped_file(path, key, max_mib, cap_key, links)
     limit = int(max_mib * MIB)
-    if info.st_size > limit:
-        raise TinyLMError(
-            f"{key}={path} is {info.st_size / MIB:,.1f} MiB, over the {max_mib:g} MiB limit: "
-            f"raise it with {cap_key}=N (MiB) if you really mean it"
-        )
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if links else os.O_NOFOLLOW)
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, flags), "rb") as f:
+            info = os.fstat(f.fileno())
+            refuse_irregular(info, path, key)
             # Sized by the file, not by the cap (a read of n bytes reserves n bytes first); a file
             # that grows while being read (or a /proc file, which says 0) is read on up to the cap.
-            data = f.read(info.st_size + 1)
+            data = f.read(min(info.st_size, limit) + 1)
             while len(data) <= limit and (more := f.read(min(CHUNK, limit + 1 - len(data)))):
                 data += more
     except OSError as e:
         raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
     if len(data) > limit:
-        raise TinyLMError(
-            f"{key}={path} grew past the {max_mib:g} MiB limit while being read: "
-            f"raise it with {cap_key}=N (MiB) if you really mean it"
-        )
+        raise TinyLMError(f"{key}={path} grew past the {max_mib:g} MiB limit while being read: {raise_cap(cap_key)}")
     return data
 
 
-def regular_file(path: Path, key: str) -> os.stat_result:
-    """``path``'s stat when it is a regular file (or a link to one); else one TinyLMError naming ``key``."""
+def capped_file(path: Path, key: str, max_mib: float, cap_key: str | None = None,
+                links: bool = True) -> os.stat_result:
+    """``regular_file``'s stat of ``path``, and one TinyLMError when it holds more than ``max_mib`` MiB."""
+    info = regular_file(path, key, links)
+    if info.st_size > max_mib * MIB:
+        raise TinyLMError(f"{key}={path} is {info.st_size / MIB:,.1f} MiB, over the {max_mib:g} MiB limit: "
+                          f"{raise_cap(cap_key)}")
+    return info
+
+
+def raise_cap(cap_key: str | None) -> str:
+    """The fix a size refusal names: the setting that raises the cap, where one does."""
+    if cap_key is None:
+        return "nothing bigger is read here: use a smaller file"
+    return f"raise it with {cap_key}=N (MiB) if you really mean it"
+
+
+def regular_file(path: Path, key: str, links: bool = True) -> os.stat_result:
+    """``path``'s stat when it is a regular file (or a link to one, unless ``links`` is false); else one
+    TinyLMError naming ``key``."""
     try:
-        info = path.stat()  # follows links: a link to a regular file is fine
+        info = path.stat() if links else path.lstat()
     except FileNotFoundError:
         raise TinyLMError(f"{key}: file not found: {path} (name an existing text file)") from None
     except OSError as e:
         raise TinyLMError(f"{key}: cannot read {path} ({e.strerror or e})") from None
     if stat.S_ISDIR(info.st_mode):
         raise TinyLMError(f"{key} is a directory, not a file: {path} (name a text file in it)")
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
-        raise TinyLMError(f"{key}={path} is {kind}, not a regular file: save the text to a file and pass that")
+    refuse_irregular(info, path, key)
     return info
+
+
+def refuse_irregular(info: os.stat_result, path: Path, key: str) -> None:
+    """One TinyLMError when ``info`` is not a regular file's (nothing is read from a FIFO, a device or a link)."""
+    if stat.S_ISREG(info.st_mode):
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise TinyLMError(f"{key}={path} is a symbolic link, which is not followed here: name the file itself")
+    kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a directory" if stat.S_ISDIR(info.st_mode)
+            else "a device or socket")
+    raise TinyLMError(f"{key}={path} is {kind}, not a regular file: save the text to a file and pass that")
 
 
 def as_lines(text: str) -> tuple[str, int]:

@@ -7,6 +7,7 @@ plain ES module and its files in ``static/``, served as they are.
 - ``plugin``: the ``TBPlugin``, its routes and the static files;
 - ``http``: request parameters checked, answers and errors as JSON;
 - ``runs``: which folders of the logdir are tinylm runs, and what each holds;
+- ``runfiles``: what of a run folder is read (regular files, bounded), and the rule for links: none is followed;
 - ``models``: each run's model loaded once and kept (bounded, reloaded when its checkpoint changes);
 - ``views``: the numbers of one text through a model (attention, predictions, logit lens, translation);
 - ``events``: what training logged (the probe's attention weights, the head scores), read back.

@@ -1,8 +1,10 @@
 """The routes' side of HTTP: parameters checked, answers and errors as JSON.
 
-Every failure is an answer ``{"error": "<one line: the problem and the fix>"}``: 400 for a bad parameter,
-404 for a run that is not in the logdir, 500 (the traceback in TensorBoard's log, never in the answer)
-for a fault of the plugin itself.
+Every failure is an answer ``{"error": "<one line: the problem and the fix>"}``: 400 for a bad parameter
+(a query whose percent escapes are not UTF-8 included) or a checkpoint that cannot be loaded, 404 for a run
+that is not in the logdir or has no checkpoint, 409 for a checkpoint replaced while it was being read (a
+run training: ask again), 500 (the traceback in TensorBoard's log, never in the answer) for a fault of the
+plugin itself. A TinyLMError says its code in ``status`` (400 without one).
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ import functools
 import logging
 import re
 from collections.abc import Callable
+from urllib.parse import unquote_to_bytes
 
 from tensorboard.backend import http_util
 from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
-from tinylm.explorer.runs import UnknownRun
 from tinylm.numbers import whole_number
 
 log = logging.getLogger(__name__)
@@ -44,16 +46,29 @@ def json_route(handler: Callable) -> Callable:
     @wrappers.Request.application
     def route(self, request):
         try:
+            utf8_query(request)
             return answer(request, handler(self, request))
-        except UnknownRun as e:
-            return answer(request, {"error": one_line(e)}, 400 if e.bad_name else 404)
         except TinyLMError as e:
-            return answer(request, {"error": one_line(e)}, 400)
+            return answer(request, {"error": one_line(e)}, getattr(e, "status", 400))
         except Exception as e:  # a fault of the plugin: logged with its traceback, answered in one line
             log.exception("tinylm plugin: %s failed", request.path)
             return answer(request, {"error": one_line(f"the tinylm plugin failed ({type(e).__name__}: {e}); "
                                                       "see TensorBoard's log")}, 500)
     return route
+
+
+def utf8_query(request) -> None:
+    """BadParameter when a parameter's bytes (after its percent escapes) are not UTF-8: werkzeug would read
+    ``text=%FF%FE`` as the characters ``%FF%FE``."""
+    for pair in request.query_string.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        for part in (name, value):
+            try:
+                unquote_to_bytes(part).decode("utf-8")
+            except UnicodeDecodeError:
+                shown = unquote_to_bytes(name).decode("utf-8", "replace")
+                raise BadParameter(f"the {shown} parameter is not UTF-8 text ({pair[:40].decode('ascii', 'replace')}): "
+                                   "send its UTF-8 bytes percent-encoded (as encodeURIComponent does)") from None
 
 
 def parameter(request, name: str, default: str | None = None) -> str:

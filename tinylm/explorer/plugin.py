@@ -13,10 +13,11 @@ relative URL: every other path is a file of ``static/`` (the catch-all route). T
     training?run=R               the probe's attention at each logged step
     heads?run=R                  the head scores over steps
 
-The model routes run one at a time (a lock): a model is shared, and switching heads off hooks into it.
-They run on ``threads`` torch threads (1): the tab's models are small, and a second thread only waits for
-the first, badly on a busy machine (bench/bench_explorer.py: 25 ms against 440 ms for ``predict`` at load 14
-on 2 cores).
+A model computes one request at a time (its own lock: switching heads off hooks into it), beside the other
+models; no lock is held while a file is read (``models``), so a slow or stuck request holds up no other
+run's. The routes compute on ``threads`` torch threads (1): the tab's models are small, and a second thread
+only waits for the first, badly on a busy machine (bench/bench_explorer.py: 25 ms against 440 ms for
+``predict`` at load 14 on 2 cores).
 """
 
 from __future__ import annotations
@@ -36,24 +37,38 @@ from tinylm.errors import TinyLMError
 from tinylm.explorer import events, views
 from tinylm.explorer.http import ablate_of, answer, json_route, k_of, one_line, parameter, text_of
 from tinylm.explorer.models import Models
-from tinylm.explorer.runs import Runs
+from tinylm.explorer.runs import NoCheckpoint, Runs
+from tinylm.textfile import read_capped_bytes
 
 STATIC = Path(__file__).resolve().parent / "static"
+MAX_STATIC_MIB = 16
 TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html",
          ".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2"}
 
 
-@contextmanager
-def torch_threads(count: int):
-    """torch's intra-op threads set to ``count`` for the block, then as they were."""
-    before = torch.get_num_threads()
-    if before != count:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if before != count:
-            torch.set_num_threads(before)
+class TorchThreads:
+    """torch's intra-op threads (one number for the process) set to ``count`` while any route computes, then
+    as they were."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._computing = 0
+        self._before = 0
+
+    @contextmanager
+    def set_to(self, count: int):
+        with self._lock:
+            if not self._computing:
+                self._before = torch.get_num_threads()
+                torch.set_num_threads(count)
+            self._computing += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._computing -= 1
+                if not self._computing:
+                    torch.set_num_threads(self._before)
 
 
 class TinyLMPlugin(base_plugin.TBPlugin):
@@ -64,7 +79,7 @@ class TinyLMPlugin(base_plugin.TBPlugin):
         self.runs = Runs(context.logdir)
         self.data = context.data_provider
         self.models = Models()
-        self._compute = threading.Lock()
+        self._threads = TorchThreads()
 
     def is_active(self) -> bool:
         return bool(self.runs.list(fresh=True))
@@ -87,15 +102,11 @@ class TinyLMPlugin(base_plugin.TBPlugin):
     # ----------------------------------------------------------------------------------------
     # The model routes
 
-    def loaded(self, request):
-        """The model of the run ``run`` names (its checkpoint as ``generate.py run_dir=`` picks it)."""
-        run = self.runs.find(parameter(request, "run"))
-        return self.models.get(run.checkpoint())
-
     def computed(self, request, view, *args) -> dict:
-        loaded = self.loaded(request)
-        with self._compute, torch_threads(self.threads):
-            return view(loaded, *args)
+        """``view`` of the model of the run ``run`` names (its checkpoint as ``generate.py run_dir=`` picks it)."""
+        kept = self.models.in_run(self.runs.find(parameter(request, "run")), self.models.get)
+        with kept.lock, self._threads.set_to(self.threads):
+            return view(kept.loaded, *args)
 
     @json_route
     def serve_runs(self, request) -> dict:
@@ -103,13 +114,10 @@ class TinyLMPlugin(base_plugin.TBPlugin):
         listed, skipped = [], []
         for run in self.runs.list():
             try:
-                checkpoint = run.checkpoint()
-            except TinyLMError:  # no checkpoint (yet): not listed
+                described = self.models.in_run(run, self.models.description)
+            except NoCheckpoint:  # none (yet): not listed
                 continue
-            try:
-                with self._compute:
-                    described = self.models.description(checkpoint)
-            except TinyLMError as e:  # e.g. a file being written, or not a tinylm checkpoint
+            except TinyLMError as e:  # e.g. not a tinylm checkpoint, or too big
                 skipped.append({"name": run.name, "error": one_line(e)})
                 continue
             listed.append({"name": run.name, **described, "probe_text": run.probe_text(described["task"])})
@@ -157,12 +165,12 @@ class TinyLMPlugin(base_plugin.TBPlugin):
     def serve_static(self, request):
         relative = request.path.split("/data/plugin/tinylm/", 1)[-1]
         path = (STATIC / relative).resolve()
-        if not path.is_relative_to(STATIC) or not path.is_file():
+        if not path.is_relative_to(STATIC) or not path.is_file():  # nothing else, never a link out of it
             return answer(request, {"error": f"no file {relative!r} in the tinylm tab: the routes are "
                                              f"{', '.join(sorted(r for r in self.get_plugin_apps() if r != '/*'))}"},
                           404)
         kind = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        return http_util.Respond(request, path.read_bytes(), kind)
+        return http_util.Respond(request, read_capped_bytes(path, "static file", MAX_STATIC_MIB), kind)
 
 
 

@@ -5,21 +5,24 @@ A run folder holds ``checkpoints/`` and either Hydra's record (``.hydra/``) or T
 at most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run is named by its path
 relative to the logdir, as TensorBoard names runs; its events are TensorBoard's run(s)
 ``<name>/tensorboard[/...]``. The browser only ever sends such a name back: ``Runs.find`` looks it up
-in the listing, so no path it sends is ever opened.
+in the listing, so no path it sends is ever opened; a folder whose name it would refuse
+(``looks_like_a_path``) is not listed. No link is followed (``tinylm.explorer.runfiles`` has the rule, and
+what of a run is read). A slow folder holds up no other request: the listing is made outside the lock,
+which only guards the listing kept.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tinylm.checkpoint import checkpoint_in_run
 from tinylm.errors import TinyLMError
-from tinylm.runs.folder import HYDRA_DIR, read_record
+from tinylm.explorer import runfiles
+from tinylm.runs.folder import HYDRA_DIR
 
 MAX_DEPTH = 4  # logdir/multirun/<time>/<job> is 3 below
 FRESH_S = 2.0  # a listing is reused this long; a name not in it is looked for again at once
@@ -33,6 +36,13 @@ class UnknownRun(TinyLMError):
     def __init__(self, message: str, bad_name: bool = False):
         super().__init__(message)
         self.bad_name = bad_name
+        self.status = 400 if bad_name else 404
+
+
+class NoCheckpoint(TinyLMError):
+    """A run with no checkpoint the tab may read (yet): not in the runs list, 404 for its routes."""
+
+    status = 404
 
 
 @dataclass(frozen=True)
@@ -46,35 +56,26 @@ class RunFolder:
         return EVENTS_DIR if self.name == "." else f"{self.name}/{EVENTS_DIR}"
 
     def checkpoint(self) -> Path:
-        """The checkpoint ``generate.py run_dir=`` picks: the best, else the last (a TinyLMError if none)."""
-        return checkpoint_in_run(self.path).path
+        """The checkpoint ``generate.py run_dir=`` picks (the best, else the last) of those the tab may read
+        (``runfiles.checkpoints``); NoCheckpoint if none."""
+        found = runfiles.checkpoints(self.path)
+        if not found:
+            raise NoCheckpoint(f"run {self.name!r} has no checkpoint (a regular file checkpoints/best-*.ckpt or "
+                               "checkpoints/last.ckpt, not a link) yet: pick a run from the runs list")
+        return found[0]
 
     def probe_text(self, task: str = "text") -> str | None:
         """The text the run's attention view was drawn on, from Hydra's record of the run (None without one):
         the attention maps' probe (``callbacks.attention_maps.text``), or a translation run's source
         (``callbacks.translation_maps.source``)."""
-        record = self.path / HYDRA_DIR / "config.yaml"
         view = ("translation_maps", "source") if task == "translation" else ("attention_maps", "text")
-        try:
-            return text_in_record(record, record.stat().st_mtime_ns, view)
-        except OSError:
-            return None
-
-
-@functools.lru_cache(maxsize=256)
-def text_in_record(record: Path, modified: int, view: tuple[str, str]) -> str | None:
-    """``callbacks.<view[0]>.<view[1]>`` of a run's config.yaml (parsed once per version of the file)."""
-    try:
-        text = read_record(record)["callbacks"][view[0]][view[1]]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return text if isinstance(text, str) else None
+        return runfiles.probe_text(self.path, view)
 
 
 def is_run_folder(path: Path) -> bool:
-    if not (path / "checkpoints").is_dir():
+    if not runfiles.real_dir(path / "checkpoints"):
         return False
-    if (path / HYDRA_DIR).is_dir():
+    if runfiles.real_dir(path / HYDRA_DIR):
         return True
     events = path / EVENTS_DIR
     return events.is_dir() and any(p.name.startswith("events.out.tfevents") for p in events.rglob("*"))
@@ -87,7 +88,8 @@ def scan(logdir: Path) -> list[RunFolder]:
     def visit(folder: Path, depth: int) -> None:
         if is_run_folder(folder):
             relative = folder.relative_to(logdir).as_posix()
-            found.append(RunFolder(relative, folder))
+            if not looks_like_a_path(relative):  # a name find refuses is not listed
+                found.append(RunFolder(relative, folder))
             return
         if depth == MAX_DEPTH:
             return
@@ -104,10 +106,11 @@ def scan(logdir: Path) -> list[RunFolder]:
 
 
 def looks_like_a_path(name: str) -> bool:
-    """A ``run`` that tries to leave the listing: absolute, ``..``, backslashes, control characters."""
+    """A ``run`` that tries to leave the listing: absolute, ``..``, backslashes, control characters, or
+    bytes that are not text (a folder name that is not UTF-8, which no URL can send back)."""
     parts = PurePosixPath(name).parts
-    return (name.startswith(("/", "\\")) or "\\" in name or ".." in parts or any(ord(c) < 32 for c in name)
-            or (len(name) > 1 and name[1] == ":"))
+    return (name.startswith(("/", "\\")) or "\\" in name or ".." in parts
+            or any(unicodedata.category(c) in ("Cc", "Cs") for c in name) or (len(name) > 1 and name[1] == ":"))
 
 
 class Runs:
@@ -123,9 +126,12 @@ class Runs:
         if self.logdir is None or not self.logdir.is_dir():
             return []
         with self._lock:
-            if fresh or time.monotonic() - self._when >= FRESH_S:
-                self._listed, self._when = scan(self.logdir), time.monotonic()
-            return list(self._listed)
+            if not fresh and time.monotonic() - self._when < FRESH_S:
+                return list(self._listed)
+        listed = scan(self.logdir)
+        with self._lock:
+            self._listed, self._when = listed, time.monotonic()
+        return list(listed)
 
     def find(self, name: str) -> RunFolder:
         """The run called ``name``; UnknownRun (400 for a path, 404 for a name not listed)."""

@@ -1,0 +1,94 @@
+"""What the tinylm tab reads of a run folder, and its one rule for links: it follows none.
+
+The tab reads two kinds of file below the logdir: a run's checkpoints (``checkpoints/best-*.ckpt`` and
+``checkpoints/last.ckpt``, through ``tinylm.checkpoint.load_model``) and its Hydra record
+(``.hydra/config.yaml``, for the probe text); TensorBoard reads the event files. A file is read only when
+it is a regular file with no symbolic link on its way from the logdir (the logdir itself may be a link:
+it is resolved once, when the tab starts), and never more of it than a cap: ``MAX_CHECKPOINT_MIB`` of a
+checkpoint, ``MAX_RECORD_MIB`` of a record. A link, a FIFO, a device or a folder under such a name is
+as if it were not there; so is a run folder, a ``checkpoints/`` or a ``.hydra/`` that is a link
+(``tinylm.explorer.runs.scan`` lists no run through one). Nothing is opened in a way that can block.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from tinylm.errors import TinyLMError
+from tinylm.runs.folder import HYDRA_DIR
+from tinylm.textfile import capped_file, read_capped_bytes
+
+MAX_CHECKPOINT_MIB = 1024  # torch.load reads a checkpoint whole into memory
+MAX_RECORD_MIB = 1  # a run's config.yaml is a few KiB
+
+
+def unlinked(path: Path) -> bool:
+    """Whether the absolute ``path`` has no symbolic link on its way (it is its own real path)."""
+    return path.resolve() == path
+
+
+def real_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder, not a link to one."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoints the tab may read, in the order ``generate.py run_dir=`` prefers them
+    (``tinylm.checkpoint.run_checkpoints``: ``best-*.ckpt`` newest first, then ``last.ckpt``)."""
+    folder = run_dir / "checkpoints"
+    if not unlinked(folder):
+        return []
+    best, last = [], []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        is_best = entry.name.startswith("best-") and entry.name.endswith(".ckpt")
+        if not (is_best or entry.name == "last.ckpt"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:  # gone since the folder was listed
+            continue
+        if stat.S_ISREG(info.st_mode):
+            (best if is_best else last).append((info.st_mtime_ns, Path(entry.path)))
+    return [path for _, path in sorted(best, reverse=True)] + [path for _, path in last]
+
+
+def checkpoint_stamp(path: Path) -> tuple[int, int]:
+    """What changes when checkpoint ``path`` is rewritten (its modification time in ns, its size), when the
+    tab may read it; one TinyLMError when it may not (gone, not a regular file, over the cap)."""
+    info = capped_file(path, "checkpoint", MAX_CHECKPOINT_MIB, links=False)
+    return info.st_mtime_ns, info.st_size
+
+
+def probe_text(run_dir: Path, view: tuple[str, str]) -> str | None:
+    """``callbacks.<view[0]>.<view[1]>`` of the run's ``.hydra/config.yaml``; None without one it may read."""
+    record = run_dir / HYDRA_DIR / "config.yaml"
+    if not unlinked(record):
+        return None
+    try:
+        modified = record.lstat().st_mtime_ns
+    except OSError:
+        return None
+    return text_in_record(record, modified, view)
+
+
+@functools.lru_cache(maxsize=256)
+def text_in_record(record: Path, modified: int, view: tuple[str, str]) -> str | None:
+    """``probe_text``'s answer, parsed once per version of the file."""
+    try:
+        text = yaml.safe_load(read_capped_bytes(record, "config.yaml", MAX_RECORD_MIB, links=False))
+        text = text["callbacks"][view[0]][view[1]]
+    except (TinyLMError, yaml.YAMLError, RecursionError, TypeError, KeyError):
+        return None
+    return text if isinstance(text, str) else None
