@@ -19,7 +19,7 @@ from tinylm.checkpoint import choose_checkpoint, latest_checkpoint, load_model, 
 from tinylm.models import build_model, sizes
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.runs.job_files import MARKER
-from tinylm.runs.resume import check_resume
+from tinylm.runs.resume import check_resume, latest_last_checkpoint
 from tinylm.tokenizer import CharTokenizer
 from tinylm.training.config_checks import config_problems
 from tinylm.training.safety import AtomicCheckpointIO
@@ -229,6 +229,16 @@ def test_listers_take_regular_checkpoint_files_only(tmp_path):
     (run / "checkpoints" / "best-step000008.ckpt").mkdir()
     (run / "checkpoints" / "best-step000002.ckpt").write_bytes(b"whole")
     assert run_checkpoints(run) == [run / "checkpoints" / "best-step000002.ckpt"]
+
+
+def test_ckpt_path_last_takes_a_regular_file_only(tmp_path):
+    for name in ("older", "newer"):
+        (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "older" / "checkpoints" / "last.ckpt").write_bytes(b"whole")
+    os.mkfifo(tmp_path / "runs" / "newer" / "checkpoints" / "last.ckpt")
+    for name, seconds in (("older", 1e9), ("newer", 2e9)):
+        os.utime(tmp_path / "runs" / name / "checkpoints" / "last.ckpt", (seconds, seconds))
+    assert latest_last_checkpoint(tmp_path)[0] == tmp_path / "runs" / "older" / "checkpoints" / "last.ckpt"
 
 
 def test_writing_a_checkpoint_removes_what_a_killed_writer_left(tmp_path):

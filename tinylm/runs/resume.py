@@ -100,7 +100,8 @@ def saved_overrides(run_dir: Path) -> list[str] | None:
 def latest_last_checkpoint(log_dir: str | Path) -> tuple[Path, str]:
     """The newest ``checkpoints/last.ckpt`` of any run or sweep job under ``log_dir``, a debug run's only
     when no other run has one (as for generate.py, ``tinylm.checkpoint.newest_run``), and why it."""
-    lasts = [p for pattern in RUN_PATTERNS for p in Path(log_dir).glob(f"{pattern}/checkpoints/last.ckpt")]
+    lasts = [p for pattern in RUN_PATTERNS for p in Path(log_dir).glob(f"{pattern}/checkpoints/last.ckpt")
+             if p.is_file()]  # a regular file: never a FIFO, whose read would wait for good
     found = {last.parent.parent: [last] for last in lasts}
     if not found:
         raise TinyLMError(
