@@ -18,6 +18,8 @@ the runs exist; needs Chromium and CJK fonts: ``apt-get install chromium fonts-n
         trainer.val_check_interval=50
     python bench/tensorboard_screenshots.py /tmp/shots/numbers --out docs/screenshots --prefix numbers --tabs tinylm \\
         --source 三千零五
+    python train.py paths.log_dir=/tmp/shots/english data.path=ENGLISH.txt trainer.max_steps=300  # any English text
+    python bench/tensorboard_screenshots.py /tmp/shots/english --out docs/screenshots --prefix english --tabs tinylm
 
 It starts ``tensorboard --logdir LOGDIR`` on 127.0.0.1 (a free port unless ``--port``), waits until
 every run folder under LOGDIR is listed and each tab's plugin has data (a tab without any is shot as
@@ -28,7 +30,8 @@ points, counted in the page through its shadow DOMs), stays the same for two pol
 is in flight. The tinylm tab is shot once per view (``<prefix>-tinylm-<view>.png``), each brought on
 screen with real mouse and keyboard input (bench/tinylm_tab.py): for a text run, your text with a
 character hovered, heads switched off until a prediction changes, the logit lens, training and heads;
-for a translation run (when the logdir has no text run), the translation, training and heads. Its
+for a translation run (when the logdir has no text run), the translation (of ``--source``, else of the
+run's own example source, which the tab opens with). Its
 first line also says ``first_map_ms``: from opening TensorBoard's page to the tab's first attention
 map on screen, and ``tab_first_map_ms``: from the tab's frame starting to load to that map. Each
 ``<out>/<prefix>-<tab>.png`` is re-saved optimised by Pillow (as 256 colours if still over ``--max-kb``).

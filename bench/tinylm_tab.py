@@ -163,9 +163,9 @@ def show_translation(browser, page: str, source: str | None = None) -> None:
     scroll_to(browser, page, None)
 
 
-# For a text run and for a translation run: (view name, how to show it), shot in this order.
+# For a text run and for a translation run: (view name, how to show it), shot in this order. A translation
+# run logs no probe attention and no head scores (those are the text task's views): only its translation.
 TEXT_VIEWS = (("text", show_text), ("ablation", show_ablation), ("lens", show_lens),
               ("training", show_view("training", "$('.steplabel') || $('.msg.note') || $('.msg.error')")),
               ("heads", show_view("heads", "$('.score svg.chart') || $('.msg.note') || $('.msg.error')")))
-TRANSLATION_VIEWS = (("translation", show_translation),
-                     ("training", TEXT_VIEWS[3][1]), ("heads", TEXT_VIEWS[4][1]))
+TRANSLATION_VIEWS = (("translation", show_translation),)

@@ -73,10 +73,26 @@ def test_the_weights_are_logged_between_the_images_and_leave_the_runs_weights_bi
            "~callbacks.head_scores", "~callbacks.embedding_projector", f"data.path={tiny_text_file}"]
     train_in_process(tmp_path / "on", *run, "callbacks.attention_maps.weights_every_n_steps=2")
     train_in_process(tmp_path / "off", *run, "callbacks.attention_maps.weights_max_kib=0")
-    on = EventAccumulator(str(tmp_path / "on" / "tensorboard"), size_guidance={"tensors": 0, "images": 0}).Reload()
+    on = EventAccumulator(str(tmp_path / "on"), size_guidance={"tensors": 0, "images": 0}).Reload()
     assert [e.step for e in on.Tensors(WEIGHTS_TAG)] == [2, 3, 4, 6, 8, 9, 10, 12]  # with the images, every 2 steps
     assert [e.step for e in on.Images("maps/attention_layer0")] == [3, 6, 9, 12]
     weights = [torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
                for name in ("on", "off")]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_a_runs_events_are_tensorboards_runs_of_its_folder_and_below_it(tmp_path):
+    """The events of a run folder (``<name>``), a sweep job's (``<name>/<settings>``) and an earlier release's
+    (``<name>/tensorboard[/...]``) are the run's; another run's, even one whose name starts alike, are not."""
+    from types import SimpleNamespace
+
+    from tinylm.explorer.events import event_runs
+    from tinylm.explorer.runs import RunFolder
+
+    names = ["runs/a", "runs/ab", "runs/b/tensorboard", "multirun/t/0/model.n_embd=32", "multirun/t/1"]
+    data = SimpleNamespace(list_runs=lambda ctx, experiment_id: [SimpleNamespace(run_name=n) for n in names])
+    runs = {name: event_runs(data, None, "", RunFolder(name, tmp_path))
+            for name in ("runs/a", "runs/b", "multirun/t/0", ".")}
+    assert runs == {"runs/a": ["runs/a"], "runs/b": ["runs/b/tensorboard"],
+                    "multirun/t/0": ["multirun/t/0/model.n_embd=32"], ".": sorted(names)}

@@ -78,7 +78,7 @@ def test_runs_lists_each_run_with_its_checkpoint_and_model(app, logdir):
     for name, run in runs.items():
         assert run["checkpoint"] == checkpoint_in_run(logdir / name).path.name
         assert run["task"] == "text" and run["block_size"] == 16
-        assert run["probe_text"] == (None if name == "gpt" else PROBE)  # gpt: callbacks=minimal
+        assert run["text"] == ("Aadeilnostuy个中以位" if name == "gpt" else PROBE)  # gpt: callbacks=minimal
     gpt = runs["gpt"]
     assert (gpt["kind"], gpt["layers"], gpt["heads"], gpt["step"]) == ("decoder", 2, 2, 20)
     assert (runs["lstm"]["kind"], runs["lstm"]["layers"], runs["lstm"]["heads"]) == ("rnn", 0, 0)
@@ -170,7 +170,7 @@ def test_training_reads_back_the_probes_weights_at_each_logged_step(app, logdir)
 def test_heads_reads_back_the_head_scores(app, logdir):
     status, body = get(app, "heads", run="tb")
     assert status == 200 and (body["layers"], body["heads"], body["steps"]) == (2, 2, [10, 20])
-    events = EventAccumulator(str(logdir / "tb" / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+    events = EventAccumulator(str(logdir / "tb"), size_guidance={"scalars": 0}).Reload()
     for score in body["scores"]:
         for layer in range(2):
             for head in range(2):

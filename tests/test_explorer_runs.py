@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tinylm.explorer.runs import RunFolder, Runs, UnknownRun, scan
+from tinylm.explorer.runs import Runs, UnknownRun, scan
 
 
 def folder(path, *parts: str) -> None:
@@ -25,11 +25,6 @@ def test_runs_and_sweep_jobs_are_found_by_their_checkpoints_and_record(tmp_path)
     os.symlink(tmp_path / "runs" / "a", tmp_path / "runs" / "link")  # not followed: a's name is enough
     assert [run.name for run in scan(tmp_path)] == ["multirun/t/0", "runs/a", "runs/events-only"]
     assert [run.name for run in scan(tmp_path / "runs" / "a")] == ["."]  # the logdir is the run folder
-
-
-def test_a_runs_events_are_tensorboards_runs_under_its_tensorboard_folder(tmp_path):
-    assert RunFolder("multirun/t/0", tmp_path).events_prefix == "multirun/t/0/tensorboard"
-    assert RunFolder(".", tmp_path).events_prefix == "tensorboard"
 
 
 @pytest.mark.parametrize(("name", "bad_name"), [("../x", True), ("/etc", True), ("runs/../runs/a", True),

@@ -39,7 +39,7 @@ def test_a_translation_run_gives_its_translation_and_cross_attention(tmp_path, c
     app, _ = client(tmp_path / "runs")
     _, listed = get(app, "runs")
     run = listed["runs"][0]
-    assert (run["name"], run["kind"], run["task"], run["layers"], run["heads"], run["probe_text"]) == (
+    assert (run["name"], run["kind"], run["task"], run["layers"], run["heads"], run["text"]) == (
         "numbers", "encoder-decoder", "translation", 2, 2, "三千零五")
     status, body = get(app, "translate", run="numbers", text="三千零五")
     assert status == 200 and body["source"] == list("三千零五") and body["target"][-1] == "end"

@@ -106,3 +106,28 @@ def test_a_blank_picture_does_not_count_as_rendered():
     colours, busy = tensorboard_screenshots.picture_stats(blank.getvalue())
     assert (colours, busy) == (1, 0.0)
     assert colours < tensorboard_screenshots.MIN_COLOURS and busy < tensorboard_screenshots.MIN_BUSY
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium: apt-get install chromium fonts-noto-cjk")
+def test_a_translation_run_is_shot_on_its_own_example_source(tmp_path):
+    """A numbers_zh run as the experiment configures it (no TranslationMaps.source: its first validation pair's):
+    the tab opens the Translation view on that source, and its screenshot shows the translation."""
+    from conftest import train_in_process
+
+    from tinylm.tasks.probe_text import PROBE_FILE
+
+    run = tmp_path / "numbers"
+    train_in_process(run, "experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
+                     "model.encoder_layers=1", "model.decoder_layers=1", "trainer.max_steps=10",
+                     "trainer.val_check_interval=10", "trainer.enable_progress_bar=false", "threads=1")
+    source = (run / PROBE_FILE).read_text(encoding="utf-8")  # recorded by TranslationMaps
+    assert source and len(source) <= 8
+    out = tmp_path / "shots"
+    proc = screenshots(str(run), "--out", str(out), "--prefix", "numbers", "--tabs", "tinylm", "--width", "1000",
+                       "--height", "800")
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every view rendered
+    assert [r["view"] for r in results] == ["translation"]
+    assert int(results[0]["content"].split()[0]) > 0, results[0]

@@ -10,5 +10,6 @@ plain ES module and its files in ``static/``, served as they are.
 - ``runfiles``: what of a run folder is read (regular files, bounded), and the rule for links: none is followed;
 - ``models``: each run's model loaded once and kept (bounded, reloaded when its checkpoint changes);
 - ``views``: the numbers of one text through a model (attention, predictions, logit lens, translation);
-- ``events``: what training logged (the probe's attention weights, the head scores), read back.
+- ``events``: what training logged (the probe's attention weights, the head scores), read back;
+- ``run_text``: the text the tab opens each run on, made of its vocabulary.
 """

@@ -4,7 +4,9 @@ itself loaded from the run's event files; with ``--load_fast`` its Rust data ser
 - the probe's raw attention weights the ``AttentionMaps`` callback logs next to its images
   (``tinylm.tasks.text.attention.WEIGHTS_TAG``, plugin "tinylm", float16 (layers, heads, T, T), the probe's
   tokens as JSON in the summary's metadata): ``training``;
-- the ``HeadScores`` callback's scalars, ``probe_heads_layer<L>/<score>_head<H>``: ``heads``.
+- the ``HeadScores`` callback's scalars, ``probe_heads_layer<L>/<score>_head<H>``: ``heads``;
+- the probe those weights were drawn on (``logged_probe``), a translation run's first validation source
+  (``logged_source``): the text the tab opens a run of an earlier release on (``tinylm.explorer.run_text``).
 
 TensorBoard keeps a sample of each time series: 1,000 steps of scalars, and of the weights every step
 (``tinylm.explorer.plugin.TinyLMLoader`` sets ``--samples_per_plugin tinylm=0``; TensorBoard's own default
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from tensorboard.data import provider
 
@@ -24,14 +27,49 @@ from tinylm.explorer.runs import RunFolder
 from tinylm.tasks.text.attention import WEIGHTS_TAG
 
 PLUGIN = "tinylm"
+TRANSLATIONS_TAG = "translations/text_summary"  # TranslationSamples' lines, as SummaryWriter.add_text names them
+FIRST_SOURCE = re.compile(r"^- \S+ `([^`\n]+)` → ", re.MULTILINE)
 ALL_STEPS = 100_000  # what the reads ask for: every step TensorBoard kept
 
 
 def event_runs(data, ctx, experiment: str, run: RunFolder) -> list[str]:
-    """TensorBoard's runs that hold ``run``'s events (its ``tensorboard/`` folder, a sweep job's below it)."""
-    prefix = run.events_prefix
+    """TensorBoard's runs that hold ``run``'s events: its folder, and the folders below it (a sweep job's
+    ``<swept settings>/``, a run of an earlier release's ``tensorboard/``); every run for the logdir itself."""
     names = [r.run_name for r in data.list_runs(ctx, experiment_id=experiment)]
-    return sorted(name for name in names if name == prefix or name.startswith(prefix + "/"))
+    return sorted(name for name in names if run.name in (".", name) or name.startswith(run.name + "/"))
+
+
+def logged_probe(data, ctx, experiment: str, run: RunFolder) -> str | None:
+    """The probe text the run's attention weights were logged with (its tokens joined); None before any."""
+    runs = event_runs(data, ctx, experiment, run)
+    if not runs:
+        return None
+    listed = data.list_tensors(ctx, experiment_id=experiment, plugin_name=PLUGIN,
+                               run_tag_filter=provider.RunTagFilter(runs=runs, tags=[WEIGHTS_TAG]))
+    for name in reversed(runs):  # a later event folder wins (a resumed run's)
+        series = listed.get(name, {}).get(WEIGHTS_TAG)
+        if series is not None:
+            tokens = json.loads(series.plugin_content.decode("utf-8") or "{}").get("tokens") or []
+            if all(isinstance(token, str) for token in tokens) and "".join(tokens):
+                return "".join(tokens)
+    return None
+
+
+def logged_source(data, ctx, experiment: str, run: RunFolder) -> str | None:
+    """The source of the first validation pair the run's ``TranslationSamples`` translated (its lines read
+    ``- ✓ `source` → `prediction` (`reference`)``); None before any."""
+    runs = event_runs(data, ctx, experiment, run)
+    if not runs:
+        return None
+    read = data.read_tensors(ctx, experiment_id=experiment, plugin_name="text", downsample=1,
+                             run_tag_filter=provider.RunTagFilter(runs=runs, tags=[TRANSLATIONS_TAG]))
+    for name in reversed(runs):
+        for datum in read.get(name, {}).get(TRANSLATIONS_TAG, [])[-1:]:
+            text = datum.numpy.flat[0] if datum.numpy.size else b""
+            text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
+            if found := FIRST_SOURCE.search(text):
+                return found.group(1)
+    return None
 
 
 def training(data, ctx, experiment: str, run: RunFolder) -> dict:

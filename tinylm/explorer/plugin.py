@@ -5,7 +5,7 @@ TensorBoard loads it through the entry point and mounts ``get_plugin_apps()`` un
 The tab is the ES module ``static/index.js`` (``frontend_metadata``), which imports its other files by
 relative URL: every other path is a file of ``static/`` (the catch-all route). The routes (docs/inside.md):
 
-    runs                         the runs of the logdir that have a checkpoint
+    runs                         the runs of the logdir that have a checkpoint, each with the text it opens on
     attention?run=R&text=T[&ablate=...]           every layer's and head's attention on the text
     predict?run=R&text=T[&ablate=1.0,1.3][&k=5]   the next tokens at each position, heads switched off
     lens?run=R&text=T[&ablate=...]                the logit lens
@@ -37,6 +37,7 @@ from tinylm.errors import TinyLMError
 from tinylm.explorer import events, views
 from tinylm.explorer.http import ablate_of, answer, json_route, k_of, one_line, parameter, text_of
 from tinylm.explorer.models import Models
+from tinylm.explorer.run_text import run_text
 from tinylm.explorer.runs import NoCheckpoint, Runs
 from tinylm.textfile import read_capped_bytes
 
@@ -115,12 +116,13 @@ class TinyLMPlugin(base_plugin.TBPlugin):
         for run in self.runs.list():
             try:
                 described = self.models.in_run(run, self.models.description)
+                text = run_text(run, described, self.models, self.data, request.environ)
             except NoCheckpoint:  # none (yet): not listed
                 continue
             except TinyLMError as e:  # e.g. not a tinylm checkpoint, or too big
                 skipped.append({"name": run.name, "error": one_line(e)})
                 continue
-            listed.append({"name": run.name, **described, "probe_text": run.probe_text(described["task"])})
+            listed.append({"name": run.name, **described, "text": text})
         return {"runs": listed, "skipped": skipped}
 
     @json_route

@@ -1,14 +1,14 @@
 """Which folders of the logdir are tinylm runs, and what each holds.
 
 A run folder holds ``checkpoints/`` and either Hydra's record (``.hydra/``) or TensorBoard event files
-(``tensorboard/``): a training run (``runs/<time>/``) or a sweep's job (``multirun/<time>/<job>/``),
-at most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run is named by its path
-relative to the logdir, as TensorBoard names runs; its events are TensorBoard's run(s)
-``<name>/tensorboard[/...]``. The browser only ever sends such a name back: ``Runs.find`` looks it up
-in the listing, so no path it sends is ever opened; a folder whose name it would refuse
-(``looks_like_a_path``) is not listed. No link is followed (``tinylm.explorer.runfiles`` has the rule, and
-what of a run is read). A slow folder holds up no other request: the listing is made outside the lock,
-which only guards the listing kept.
+(``tinylm.runs.events_folder``): a training run (``runs/<time>/``) or a sweep's job
+(``multirun/<time>/<job>/``), at most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run
+is named by its path relative to the logdir, as TensorBoard names runs; its events are TensorBoard's
+run(s) ``<name>[/...]``. The browser only ever sends such a name back: ``Runs.find`` looks it up in the
+listing, so no path it sends is ever opened; a folder whose name it would refuse (``looks_like_a_path``)
+is not listed. No link is followed (``tinylm.explorer.runfiles`` has the rule, and what of a run is
+read). A slow folder holds up no other request: the listing is made outside the lock, which only guards
+the listing kept.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path, PurePosixPath
 
 from tinylm.errors import TinyLMError
 from tinylm.explorer import runfiles
+from tinylm.runs.events_folder import events_folder, holds_event_files
 from tinylm.runs.folder import HYDRA_DIR
 
 MAX_DEPTH = 4  # logdir/multirun/<time>/<job> is 3 below
 FRESH_S = 2.0  # a listing is reused this long; a name not in it is looked for again at once
 SKIPPED = {"checkpoints", "tensorboard", "analysis", "__pycache__", "node_modules"}
-EVENTS_DIR = "tensorboard"
 
 
 class UnknownRun(TinyLMError):
@@ -49,11 +49,6 @@ class NoCheckpoint(TinyLMError):
 class RunFolder:
     name: str  # relative to the logdir, with "/" ("." for the logdir itself)
     path: Path
-
-    @property
-    def events_prefix(self) -> str:
-        """TensorBoard's name of the run's event folder: its runs are this name or below it."""
-        return EVENTS_DIR if self.name == "." else f"{self.name}/{EVENTS_DIR}"
 
     def checkpoint(self) -> Path:
         """The checkpoint ``generate.py run_dir=`` picks (the best, else the last) of those the tab may read
@@ -77,8 +72,12 @@ def is_run_folder(path: Path) -> bool:
         return False
     if runfiles.real_dir(path / HYDRA_DIR):
         return True
-    events = path / EVENTS_DIR
-    return events.is_dir() and any(p.name.startswith("events.out.tfevents") for p in events.rglob("*"))
+    events = events_folder(path)  # the run folder, or an earlier release's tensorboard/
+    try:
+        below = [p for p in events.iterdir() if runfiles.real_dir(p)]  # a sweep job's <swept settings>/
+    except OSError:
+        return False
+    return holds_event_files(events) or any(holds_event_files(p) for p in below)
 
 
 def scan(logdir: Path) -> list[RunFolder]:

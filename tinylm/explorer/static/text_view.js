@@ -8,11 +8,11 @@ import { changeSummary, lensTable, predictionTable, switchboard } from "./predic
 
 const TOP_K = 5;
 const TYPING_MS = 250;
-const FALLBACK_TEXT = "自注意力可以让序列中的每个位置看到前面的所有位置。";
 
-/** The view for one run; `app.firstMap()` is called once the first attention map is on the page. */
+/** The view for one run, on the text typed for it, else its own probe text (run.text, made of its vocabulary);
+ * `app.firstMap()` is called once the first attention map is on the page. */
 export function textView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.probe_text ?? FALLBACK_TEXT, selected: [0, 0], off: new Set(),
+  const state = { text: app.texts.get(run.name) ?? run.text ?? "", selected: [0, 0], off: new Set(),
     query: null, gen: 0, pgen: 0 };
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
     "aria-label": "your text", placeholder: "Type any text" });

@@ -7,8 +7,9 @@ import { debounce, h, message, put, tokenBox } from "./dom.js";
 
 const TYPING_MS = 250;
 
+/** The view for one translation run, on the source typed for it, else the run's own example source (run.text). */
 export function translationView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.probe_text ?? "", selected: [0, 0], gen: 0, answer: null };
+  const state = { text: app.texts.get(run.name) ?? run.text ?? "", selected: [0, 0], gen: 0, answer: null };
   const input = h("textarea", { class: "textin", rows: 1, maxlength: 4096, spellcheck: "false",
     "aria-label": "source text", placeholder: "Type a source text" });
   input.value = state.text;
