@@ -315,6 +315,27 @@ def lstm_run(tmp_path_factory) -> SharedRun:
 
 
 # --------------------------------------------------------------------------------------------
+# The token caches of what the tests run go to the session's temporary folder, never the checkout's.
+
+CHECKOUT_TOKEN_CACHE = ROOT / ".cache" / "tokens"
+
+
+def folder_listing(folder: Path) -> list[tuple[str, int, int]]:
+    return sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def token_cache_in_tmp(tmp_path_factory):
+    """data.cache_dir's default (TINYLM_TOKEN_CACHE) for every command the tests run, in this process and
+    in the processes it starts; then the checkout's .cache/tokens must be as it was."""
+    before = folder_listing(CHECKOUT_TOKEN_CACHE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TINYLM_TOKEN_CACHE", str(tmp_path_factory.mktemp("token-cache")))
+        yield
+    assert folder_listing(CHECKOUT_TOKEN_CACHE) == before, f"a test wrote into {CHECKOUT_TOKEN_CACHE}"
+
+
+# --------------------------------------------------------------------------------------------
 # The longest tests start first. pytest-xdist's worksteal hands the tests out in collection order
 # (idle workers then take half of the longest queue), so a long test collected late would run alone
 # at the end of the suite; started first, the short ones fill the other workers meanwhile. Longest first.

@@ -136,11 +136,12 @@ def test_a_half_written_cache_is_never_read(tmp_path, text_file, monkeypatch):
 
 def test_a_full_disk_is_one_error_line_and_leaves_no_cache(tmp_path, text_file, monkeypatch):
     def full(self, part, ids):
-        raise self.full(OSError(errno.ENOSPC, "No space left on device"))
+        raise self.refused(OSError(errno.ENOSPC, "No space left on device"))
 
     monkeypatch.setattr(token_cache.IdFile, "__call__", full)
     with pytest.raises(TinyLMError, match=r"^no space left on the disk for the token cache in .*: it needs about "
-                                          r"\d+ MiB, [\d,]+ MiB are free: free some space, or set data.cache_dir"):
+                                          r"\d+ MiB plus a 64 MiB margin, [\d,]+ MiB are free: free some space, or "
+                                          r"set data.cache_dir"):
         prepared(text_file, tmp_path / "cache")
     assert not list((tmp_path / "cache").glob("*/ids.bin*")) and not list((tmp_path / "cache").glob("*/meta.json"))
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1))

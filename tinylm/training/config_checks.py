@@ -275,9 +275,12 @@ def data_path_problem(data: DictConfig) -> str | None:
 
 
 def cache_dir_problem(data: DictConfig) -> str | None:
-    """data.cache_dir (the token cache): a folder that can be made and written."""
+    """data.cache_dir (the token cache): a folder, or one that can be made. A read-only folder is the data
+    module's to judge: a current cache in it is used as it is, a missing or stale one is refused there."""
     folder = data.get("cache_dir")
     if not isinstance(folder, str) or not folder or not (why := unwritable_folder(Path(folder))):
+        return None
+    if why == (Path(folder), "is not writable"):
         return None
     return (f"data.cache_dir={folder}: {why[0]} {why[1]}: set data.cache_dir to a writable folder, "
             "or null to tokenize in memory")

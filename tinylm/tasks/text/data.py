@@ -266,11 +266,11 @@ class TextDataModule(L.LightningDataModule):
                     "encoding": self.encoding, "errors": self.errors,
                     **({"bpe_vocab_size": self.bpe_vocab_size} if self.tokenizer_kind == "bpe" else {})}
         folder = token_cache.cache_folder(self.cache_dir, corpus.files, settings)
-        want = token_cache.fingerprint(corpus.files, settings)
         tokens = corpus.size * (corpus.chars_per_byte() if self.tokenizer_kind == "char" else 1)
         try:
-            meta, _ = token_cache.cached(folder, want, lambda open_sink: self._tokenize(corpus, open_sink),
-                                         data_identity, need=int(tokens * 2))  # uint16 ids
+            meta, ids = token_cache.cached(folder, corpus.files, settings,
+                                           lambda open_sink: self._tokenize(corpus, open_sink),
+                                           data_identity, need=int(tokens * 2))  # uint16 ids
         except token_cache.NoSpace as e:
             if self.repeat == 1:
                 raise
@@ -279,7 +279,7 @@ class TextDataModule(L.LightningDataModule):
         self.cache_folder = folder
         self.tokenizer = tokenizer_from_state(meta["tokenizer"])
         self.num_chars, self.val_chars, self.identity = meta["num_chars"], meta["val_chars"], meta["identity"]
-        self.train_ids, self.val_ids = token_cache.map_ids(folder / "ids.bin", meta)
+        self.train_ids, self.val_ids = token_cache.map_ids(ids, meta)
 
     def _check_lengths(self) -> None:
         need = self.block_size + 1
