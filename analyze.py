@@ -27,7 +27,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import check_out_dir, checkpoint_from_config, launch, run_command, writing_into
+from tinylm.cli import check_out_dir, check_threads, checkpoint_from_config, launch, run_command, writing_into
 from tinylm.errors import TinyLMError
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -38,19 +38,22 @@ PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
 
 
 def check_options(cfg: DictConfig) -> None:
-    """Reject bad values before the checkpoint is even looked for."""
-    from tinylm.analysis.heads import ABLATIONS
-
-    if cfg.ablation not in ABLATIONS:
-        raise TinyLMError(f"ablation={cfg.ablation!r}: choose zero (a head's output set to 0) or mean (set to its "
-                          "mean over the text)")
+    """Reject bad values before the checkpoint is even looked for (and torch imported)."""
     if type(cfg.induction_draws) is not int or cfg.induction_draws < 1:
         raise TinyLMError(f"induction_draws={cfg.induction_draws!r} must be an integer >= 1 (random strings to "
                           "average the induction score over)")
     if type(cfg.seed) is not int:
         raise TinyLMError(f"seed={cfg.seed!r} must be an integer (it draws the random strings)")
-    if cfg.threads is not None and (type(cfg.threads) is not int or cfg.threads < 1):
-        raise TinyLMError(f"threads={cfg.threads!r} must be an integer >= 1, or null")
+    check_threads(cfg.threads)
+
+
+def check_ablation(ablation: object) -> None:
+    """``ablation=``, once torch is imported (the ablations are those of ``tinylm.analysis.heads``)."""
+    from tinylm.analysis.heads import ABLATIONS
+
+    if ablation not in ABLATIONS:
+        raise TinyLMError(f"ablation={ablation!r}: choose zero (a head's output set to 0) or mean (set to its "
+                          "mean over the text)")
 
 
 def default_out_dir(checkpoint: Path) -> Path:
@@ -70,14 +73,15 @@ def require_heads(loaded) -> None:
 
 def run(cfg: DictConfig) -> dict:
     check_options(cfg)
+    path, why = checkpoint_from_config(cfg)  # torch is imported once there is a checkpoint to load
     import torch
 
     from tinylm.analysis import experiments
     from tinylm.checkpoint import load_model
 
+    check_ablation(cfg.ablation)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    path, why = checkpoint_from_config(cfg)
     loaded = load_model(path, why)
     require_heads(loaded)
     inputs = experiments.check_inputs(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
@@ -96,4 +100,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    launch(main, TEXT_KEYS, PATH_KEYS)
+    launch(main, "analyze", TEXT_KEYS, PATH_KEYS)

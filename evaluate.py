@@ -24,7 +24,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.cli import checkpoint_from_config, launch, run_command
+from tinylm.cli import check_threads, checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
 from tinylm.tasks.text.printing import checkpoint_name
@@ -47,6 +47,7 @@ def check_options(cfg: DictConfig) -> None:
                           "or null for block_size // 2")
     if type(cfg.batch_size) is not int or cfg.batch_size < 1:
         raise TinyLMError(f"batch_size={cfg.batch_size!r} must be an integer >= 1 (windows per forward pass)")
+    check_threads(cfg.threads)
 
 
 def run_config(checkpoint: Path) -> DictConfig | None:
@@ -92,9 +93,13 @@ def build_data(cfg: DictConfig, loaded, checkpoint: Path):
 
 def run(cfg: DictConfig) -> dict:
     check_options(cfg)
+    path, why = checkpoint_from_config(cfg)  # torch is imported once there is a checkpoint to load
+    import torch
+
     from tinylm.checkpoint import load_model
 
-    path, why = checkpoint_from_config(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     loaded = load_model(path, why)
     datamodule = build_data(cfg, loaded, path)
     line, scores = get_task(loaded.task).evaluate(cfg, loaded, datamodule)  # text: every position; pairs: every pair
@@ -112,4 +117,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    launch(main, (), PATH_KEYS)
+    launch(main, "evaluate", (), PATH_KEYS)

@@ -75,4 +75,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    launch(main, (), PATH_KEYS)
+    launch(main, "export", (), PATH_KEYS)

@@ -28,7 +28,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, ListConfig
 
-from tinylm.cli import checkpoint_from_config, launch, run_command
+from tinylm.cli import check_threads, checkpoint_from_config, launch, run_command
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
 from tinylm.tasks.text.printing import Sampler, print_samples, unescape
@@ -59,8 +59,7 @@ def check_options(cfg: DictConfig) -> None:
     validate_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.max_new_tokens, cfg.num_samples)
     if cfg.seed is not None and type(cfg.seed) is not int:
         raise TinyLMError(f"seed={cfg.seed!r} must be an integer, or null for a fresh one")
-    if cfg.threads is not None and (type(cfg.threads) is not int or cfg.threads < 1):
-        raise TinyLMError(f"threads={cfg.threads!r} must be an integer >= 1, or null")
+    check_threads(cfg.threads)
     if type(cfg.use_cache) is not bool:
         raise TinyLMError(f"use_cache={cfg.use_cache!r} must be true or false")
     if type(cfg.prompt_max_mib) not in (int, float) or not 0 < cfg.prompt_max_mib < float("inf"):
@@ -88,14 +87,16 @@ def onnx_sampler(cfg: DictConfig, seed: int) -> Sampler:
 
 
 def load_checkpoint(cfg: DictConfig):
-    """The checkpoint's model and tokenizer on PyTorch (``tinylm.checkpoint.LoadedModel``)."""
+    """The checkpoint's model and tokenizer on PyTorch (``tinylm.checkpoint.LoadedModel``); torch is imported
+    once there is a checkpoint to load."""
+    chosen = checkpoint_from_config(cfg)  # the file, and why it (for the line naming it)
     import torch
 
     from tinylm.checkpoint import load_model
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    return load_model(*checkpoint_from_config(cfg))  # the file, and why it (for the line naming it)
+    return load_model(*chosen)
 
 
 def run(cfg: DictConfig) -> None:
@@ -120,4 +121,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    launch(main, TEXT_KEYS, PATH_KEYS)
+    launch(main, "generate", TEXT_KEYS, PATH_KEYS)

@@ -23,7 +23,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
 
     from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quote_values
     from tinylm.errors import TinyLMError
-    from tinylm.runs.folder import register_resolvers
+    from tinylm.runs.folder import discard_new_folder, note_given_run_dir, register_resolvers
     from tinylm.tasks import refuse_derived
 except KeyboardInterrupt:
     sys.exit(130)
@@ -33,17 +33,41 @@ ROOT = Path(__file__).resolve().parent
 os.environ.setdefault("TINYLM_ROOT", str(ROOT))
 
 
+def check_command_line(argv: list[str], in_sweep: bool) -> None:
+    """Refuse an override Hydra cannot apply (a misspelled key, a config a group does not have) and, for a
+    new run, a bad value (``validate(cfg, quick=True)``), before Hydra makes the run folder and before
+    torch and Lightning are imported: one ``error:`` line, and no folder. A resume's values are checked
+    once its run's overrides are known; a sweep's by each job (in its folder's error.txt)."""
+    from tinylm.cli import resolve_path
+    from tinylm.precheck import composed
+    from tinylm.tasks.text.corpus import download
+    from tinylm.training.config_checks import READS_DATA_PATH, validate
+
+    try:
+        cfg = composed("train", argv, ROOT / "conf")
+    except TinyLMError as e:
+        raise TinyLMError(f"invalid config: {e}") from None
+    if cfg is None:  # Hydra's own flags: Hydra's to answer
+        return
+    if not in_sweep and not cfg.ckpt_path:
+        validate(cfg, quick=True)
+        data = cfg.data  # a data set to download: now, so that offline is one line and no folder
+        if data.get("url") and data.get("_target_") in READS_DATA_PATH and not Path(resolve_path(data.path)).exists():
+            download(data.url, Path(resolve_path(data.path)), data.get("sha256"))
+        note_given_run_dir(argv)
+
+
 def check_quickly(cfg: DictConfig) -> None:
-    """Refuse a bad value before torch and Lightning are imported (``validate(cfg, quick=True)``): one
-    ``error:`` line, also in a new run's train.log, as the training job says every error
-    (``tinylm.runs.job``, which checks the whole config again, with torch)."""
+    """Refuse a bad value of a run that ``check_command_line`` did not check (a resume, a command line with
+    Hydra's flags) before torch and Lightning are imported: one ``error:`` line; a new run's folder is
+    removed, an existing folder gets the line in its train.log (a resume's: nothing, until it is checked)."""
     from tinylm.training.config_checks import validate
     from tinylm.training.logs import log_error_to_files
 
     try:
         validate(cfg, quick=True)
     except TinyLMError as e:
-        if not cfg.ckpt_path:  # a resume writes nothing into its run folder until it is checked
+        if not cfg.ckpt_path and not discard_new_folder(cfg.paths.output_dir):
             log_error_to_files(f"error: {e}")
         raise SystemExit(f"error: {e}") from None
 
@@ -63,6 +87,7 @@ if __name__ == "__main__":
         refuse_derived(sys.argv[1:])  # a setting that follows from another one: one error line
         in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
         sys.argv = quote_values(sys.argv, TRAIN_FOLDER_KEYS if in_sweep else TRAIN_PATH_KEYS)
+        check_command_line(sys.argv, bool(in_sweep))
         if any(arg.lstrip("+").startswith("ckpt_path=") for arg in sys.argv[1:]):
             from tinylm.runs.resume import plan_resume  # torch and the checkpoint reader: only for a resume
 

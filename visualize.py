@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, launch, run_command, writing_into
-from tinylm.plots import figures as plotting
 from tinylm.tasks import get_task
 from tinylm.tasks.text.printing import say_checkpoint
 
@@ -35,7 +34,9 @@ PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
 
 
 def run(cfg: DictConfig) -> list[Path]:
-    path, why = checkpoint_from_config(cfg)
+    path, why = checkpoint_from_config(cfg)  # torch is imported once there is a checkpoint to load
+    from tinylm.plots import figures as plotting
+
     loaded = load_model(path, why)
     ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),
                       loaded.model.config.block_size)
@@ -58,4 +59,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    launch(main, TEXT_KEYS, PATH_KEYS)
+    launch(main, "visualize", TEXT_KEYS, PATH_KEYS)

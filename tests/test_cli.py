@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 import pytest
-from conftest import compose_config
+from conftest import compose_config, entry_point
 
 from tinylm.cli import EXIT_INTERRUPTED, few_collections, quote_values, run_command
 from tinylm.errors import TinyLMError
@@ -78,3 +78,14 @@ def test_an_import_that_imports_nothing_new_freezes_nothing():
         assert not gc.isenabled()
         import tinylm.cli  # noqa: F401 (already imported)
     assert gc.get_freeze_count() == frozen and gc.isenabled()
+
+
+def test_evaluate_takes_threads_as_the_other_commands_do(gpt_run, tiny_text_file, capsys):
+    import torch
+
+    evaluate = entry_point("evaluate.py")
+    evaluate.run(compose_config("evaluate", f"run_dir='{gpt_run.path}'", f"data.path='{tiny_text_file}'",
+                                "data.repeat=30", "threads=3"))
+    assert torch.get_num_threads() == 3 and '"loss": ' in capsys.readouterr().out
+    with pytest.raises(TinyLMError, match=r"^threads=0 must be an integer >= 1, or null$"):
+        evaluate.run(compose_config("evaluate", "threads=0"))

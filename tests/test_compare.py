@@ -111,7 +111,8 @@ def test_max_chars_trains_on_the_first_characters(tmp_path):
     (["tricks", "--seeds", "0"], "--steps, --seeds and --max-chars must be positive integers"),
     (["rnn", "--data", "MISSING"], "no such file"),
     (["schedules", "--max-chars", "5"], "--max-chars needs --data"),
-    (["positions", "model.n_emb=16"], "the train.py overrides do not fit the config (Could not override 'model.n_emb'"),
+    (["positions", "model.n_emb=16"], "the train.py overrides do not fit the config: model.n_emb is unknown: did you "
+                                      "mean model.n_embd?"),
 ])
 def test_bad_arguments_are_one_error_line(tmp_path, capsys, args, message):
     args = [a.replace("MISSING", str(tmp_path / "missing.txt")) for a in args]

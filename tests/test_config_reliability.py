@@ -192,3 +192,15 @@ def test_a_checkpoint_without_a_data_record_loads_without_a_warning(caplog, name
         assert check_resume(ckpt, {"arch": "gpt", **saved["model_config"]}, saved["tokenizer"], identity) == \
             saved["global_step"]
     assert [r for r in caplog.records if r.name == "tinylm.runs.resume"] == []
+
+
+@pytest.mark.parametrize("arch", ["lstm", "gru"])
+def test_muon_with_a_model_without_residual_blocks_is_refused_by_the_config_check(tmp_path, arch):
+    """Before the Trainer starts (it was refused by the optimizer, after Lightning's start-up lines), naming the
+    models Muon trains: those with residual blocks."""
+    cfg = compose("optim=muon", "model=lstm", f"model.arch={arch}", output_dir=tmp_path)
+    assert config_problems(cfg) == [
+        f"optim=muon trains the weight matrices of residual blocks, and model.arch={arch} has none: use optim=adamw, "
+        "or a model with them (model=gpt or model=seq2seq)"]
+    assert config_problems(compose("optim=muon", output_dir=tmp_path)) == []
+    assert config_problems(compose("optim=muon", "model=seq2seq", "data=pairs", output_dir=tmp_path)) == []

@@ -22,12 +22,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, NamedTuple
 
 from tinylm.errors import TinyLMError
-from tinylm.models import LanguageModel, ModelConfig, NotImported, build, described, model_spec
+from tinylm.models import NotImported, build, described, model_spec
 from tinylm.models.sizes import weights_problem
 from tinylm.runs.folder import HYDRA_DIR, read_record
 from tinylm.runs.partials import remove_stale_partials
@@ -186,6 +184,8 @@ def find_checkpoint(
 
 def read_checkpoint(path: str | Path) -> dict:
     """``torch.load`` with weights_only=True, turning every failure into one clear line."""
+    import torch
+
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for bad bytes: zip, pickle, EOF, key errors

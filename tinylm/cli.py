@@ -39,6 +39,7 @@ EXIT_BROKEN_PIPE = 141
 TRAIN_FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir", "paths.root_dir")
 TRAIN_PATH_KEYS = ("data.path", "ckpt_path", *TRAIN_FOLDER_KEYS)
 EXIT_INTERRUPTED = 130
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # the entry points' configs (config_path="conf")
 
 
 def _escape_interpolations(text: str) -> str:
@@ -139,6 +140,12 @@ def run_command(run: Callable[[DictConfig], object], cfg: DictConfig) -> None:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
+def check_threads(threads: object) -> None:
+    """``threads=`` of a command that runs a checkpoint: torch's intra-op threads, an integer >= 1 or null."""
+    if threads is not None and (type(threads) is not int or threads < 1):
+        raise TinyLMError(f"threads={threads!r} must be an integer >= 1, or null")
+
+
 def checkpoint_from_config(cfg: DictConfig) -> Chosen:
     """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names, and
     why (``tinylm.checkpoint.Chosen``)."""
@@ -161,9 +168,16 @@ def writing_into(out_dir: Path, what: str):
                           "a folder you can write to") from None
 
 
-def launch(main: Callable[[], None], text_keys: Iterable[str], path_keys: Iterable[str]) -> None:
-    """Run a ``@hydra.main`` entry point with its free text and paths quoted for Hydra, quiet on a closed pipe."""
+def launch(main: Callable[[], None], config_name: str, text_keys: Iterable[str], path_keys: Iterable[str]) -> None:
+    """Run a ``@hydra.main`` entry point of ``conf/<config_name>.yaml`` with its free text and paths quoted for
+    Hydra, quiet on a closed pipe; an override Hydra cannot apply is one ``error:`` line (``tinylm.precheck``)."""
+    from tinylm.precheck import composed
+
     sys.argv = quote_values(quote_values(sys.argv, text_keys, literal=True), path_keys)
+    try:
+        composed(config_name, sys.argv, CONF_DIR)
+    except TinyLMError as e:
+        raise SystemExit(f"error: {e}") from None
     with quiet_broken_pipe():
         main()
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
-from tinylm.plots.figures import save_png
+from tinylm.plots.rendering import save_png
 from tinylm.runs.events_folder import events_folder
 from tinylm.runs.sweep_report import Job, markdown, read_job, split_overrides, table_rows
 

@@ -8,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from tinylm.cli import TRAIN_PATH_KEYS, quote_values
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
+from tinylm.precheck import composed
 from tinylm.runs.folder import original_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,13 +45,13 @@ def without_paths(config: dict) -> dict:
 
 
 def training_config(overrides: list[str]) -> dict:
-    """The train config these overrides compose to, as a run saves it (.hydra/config.yaml)."""
+    """The train config these overrides compose to, as a run saves it (.hydra/config.yaml); one line for an
+    override train.py would refuse (``tinylm.precheck``: a misspelled key, a config a group does not have)."""
     try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return without_paths(OmegaConf.to_container(compose("train", overrides=overrides)))
-    except HydraException as e:
-        reason = " ".join(str(e).split())
-        raise TinyLMError(f"the train.py overrides do not fit the config ({reason}): check their names") from None
+        cfg = composed("train", [str(TRAIN_SCRIPT), *overrides], ROOT / "conf")
+    except TinyLMError as e:
+        raise TinyLMError(f"the train.py overrides do not fit the config: {e}") from None
+    return without_paths({key: value for key, value in OmegaConf.to_container(cfg).items() if key != "hydra"})
 
 
 def same_run_elsewhere(out: Path, config: dict) -> Path | None:

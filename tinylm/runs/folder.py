@@ -11,6 +11,11 @@ holds that name it tries ``<time>-2_<settings>``, ``<time>-3_<settings>``, ... s
 started at once never share a folder. Within one process the same name always gives the same folder.
 A resume is told its own folder (``hydra.run.dir``, ``tinylm.runs.resume``) and is never renamed.
 
+A run refused before training leaves no folder: ``discard_new_folder`` removes the run folder this
+process made (claimed, or a ``hydra.run.dir=`` that did not exist: ``note_given_run_dir``), so no
+empty run shows up in TensorBoard or as the newest run. A folder that was there before (a resume's,
+an earlier run's) is never removed.
+
 ``original_overrides`` reads back the command line a run was started with (``.hydra/overrides.yaml``),
 for resuming it, reusing it in a comparison and tabulating a sweep. A record that cannot be read
 (not YAML, not a list of overrides, not UTF-8, not readable) is one TinyLMError naming the file
@@ -20,7 +25,9 @@ and how to restore it, never a traceback.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+import shutil
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path, PurePath
@@ -41,6 +48,7 @@ FILE_KEYS = ("data.path",)  # named by the file's name: the folders above it wou
 NAME_BYTES = 200  # the longest settings part of a folder name (UTF-8); past it, a hash stands for the rest
 _UNSAFE = re.compile(r"_*[^\w.+@-]+_*|_{2,}")  # \w: letters (CJK too), digits and _; the rest is one _
 _claimed: dict[tuple[str, str], str] = {}
+_made_here: set[Path] = set()  # the run folders this process made (resolved): those a refusal removes
 
 
 def claim_unique_dir(path: str, name: str = "") -> str:
@@ -58,7 +66,34 @@ def claim_unique_dir(path: str, name: str = "") -> str:
                 n += 1
                 candidate = Path(f"{path}-{n}{tail}")
         _claimed[path, name] = str(candidate)
+        _made_here.add(candidate.resolve())
     return _claimed[path, name]
+
+
+def note_given_run_dir(argv: list[str]) -> None:
+    """Remember the folder a ``hydra.run.dir=`` override names (the last one, a plain path) if it does not
+    exist yet: Hydra makes it for this run, and a refusal before training removes it."""
+    given = [o for o in OverridesParser.create().parse_overrides([a for a in argv[1:] if not a.startswith("-")])
+             if o.key_or_group == "hydra.run.dir"]
+    if given and isinstance(value := given[-1].value(), str) and "${" not in value and not Path(value).exists():
+        _made_here.add(Path(value).resolve())
+
+
+def discard_new_folder(output_dir: str | Path) -> bool:
+    """Remove ``output_dir`` if this process made it (a new run refused before training); whether it did.
+
+    The log files Hydra opened in it are closed first, so nothing writes there again."""
+    folder = Path(output_dir).resolve()
+    if folder not in _made_here or not folder.is_dir():
+        return False
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        if Path(handler.baseFilename).resolve().is_relative_to(folder):
+            root.removeHandler(handler)
+            handler.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    _made_here.discard(folder)
+    return True
 
 
 def _safe(text: str) -> str:

@@ -4,7 +4,8 @@
 ``fit``) and owns what the run folder records and what a sweep needs of a job:
 
 - the run folder is claimed first (rank 0, ``tinylm.runs.lock``): while one process trains a run,
-  ``running.json`` in its folder says so (``tinylm.runs.job_files``) and a second one is refused;
+  ``running.json`` in its folder says so (``tinylm.runs.job_files``) and a second one is refused; a
+  new run refused before training leaves no folder (``tinylm.runs.folder.discard_new_folder``);
 - a SLURM job requeued after pre-emption continues from its own ``last.ckpt`` (``continue_requeued``);
 - a resume is checked against the built model and data (``tinylm.runs.resume``) and recorded; a run
   already trained to ``trainer.max_steps`` is not trained again;
@@ -32,6 +33,7 @@ from omegaconf import DictConfig
 
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
+from tinylm.runs.folder import discard_new_folder
 from tinylm.runs.job_files import ERROR, METRICS, read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.resume import check_resume, record_resume
@@ -89,9 +91,13 @@ def run(cfg: DictConfig) -> dict:
 
     A resume writes nothing, not even a log line to the run's ``train.log``, until the checkpoint
     is known to fit the config and to have steps left to train. From then on an error is written
-    into ``train.log`` too (in a new run: from the start).
+    into ``train.log`` too (in a new run: from the start). A new run refused or interrupted before
+    training starts leaves no folder (``discard_new_folder``); once it has started, the folder keeps
+    its log, its error and its checkpoints.
     """
     in_the_run = not cfg.ckpt_path  # whether an error belongs in the run's train.log
+    started = []  # one item once Trainer.fit is called
+
     try:
         share = thread_share()
         prepare(cfg, share)
@@ -120,13 +126,15 @@ def run(cfg: DictConfig) -> dict:
                 (output_dir / ERROR).unlink(missing_ok=True)
                 for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):
                     log.info("removed %s, a checkpoint half written when the run was killed", tmp)
-            metrics = fit(cfg, datamodule, module, output_dir, ckpt_path)
+            metrics = fit(cfg, datamodule, module, output_dir, ckpt_path, starting=lambda: started.append(True))
             if rank_zero_only.rank == 0:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 write_json(output_dir / METRICS, metrics)
             return metrics
-    except TinyLMError as e:
-        if in_the_run:
+    except (TinyLMError, KeyboardInterrupt, SIGTERMException) as e:
+        if not started and rank_zero_only.rank == 0 and discard_new_folder(cfg.paths.output_dir):
+            raise
+        if in_the_run and isinstance(e, TinyLMError):
             log_error_to_files(f"error: {e}")
         raise
 

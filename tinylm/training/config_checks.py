@@ -23,18 +23,19 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
+from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
-from tinylm.models import CHECKS, model_config_problems
+from tinylm.models import BUILT_IN, CHECKS, model_config_problems
 from tinylm.models.sizes import size_problem
 from tinylm.tasks import model_class_of, task_of_config
 from tinylm.tasks.text.corpus import missing_data_file
 from tinylm.tasks.translation.numbers_zh import DEMOS
 from tinylm.textfile import encoding_problem, errors_problem, unwritable_folder
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
-from tinylm.training.config_keys import unknown_keys
+from tinylm.training.config_keys import MUON, unknown_keys
 
 Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ..."), or None
 
@@ -243,6 +244,8 @@ def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
         problems.append(problem)
     if not quick:
         problems += task_problems(cfg)
+        if problem := muon_problem(cfg):
+            problems.append(problem)
         if problem := devices_problem(cfg.trainer):
             problems.append(problem)
     return problems + list(unknown.values())
@@ -255,6 +258,31 @@ def task_problems(cfg: DictConfig) -> list[str]:
     except ValueError:  # a model class that cannot be named is said by model_config_problems
         return []
     return task_of_config(cfg).config_problems(cfg, model_class)
+
+
+def has_residual_blocks(model_class: type) -> bool:
+    """Whether a model class has residual blocks (``LanguageModel.residual_layers``), whose weight matrices Muon
+    trains (``tinylm.training.module.LitLanguageModel.hidden_matrices``)."""
+    from tinylm.models.base import LanguageModel
+
+    return model_class.residual_layers is not LanguageModel.residual_layers
+
+
+def muon_problem(cfg: DictConfig) -> str | None:
+    """optim=muon with a model without residual blocks (an LSTM or GRU): nothing for Muon to train."""
+    if cfg.optim.get("_target_") != MUON:
+        return None
+    try:
+        model_class = model_class_of(cfg)
+    except ValueError:  # a model class that cannot be named is said by model_config_problems
+        return None
+    if has_residual_blocks(model_class):
+        return None
+    arch = cfg.model.get("arch")
+    model = f"model.arch={arch}" if arch in BUILT_IN else f"model._target_={cfg.model.get('_target_')}"
+    fitting = [f"model={name}" for name, (target, _) in BUILT_IN.items() if has_residual_blocks(_locate(target))]
+    return (f"optim=muon trains the weight matrices of residual blocks, and {model} has none: use optim=adamw, "
+            f"or a model with them ({' or '.join(fitting)})")
 
 
 # The built-in data modules (the tasks' data_target), which read data.path as a file, a folder or a glob

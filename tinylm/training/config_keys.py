@@ -70,15 +70,17 @@ def arguments(target: Callable) -> list[str] | None:
     return None if more is None else names + [n for n in more if n not in names and n not in onward[1]]
 
 
-def _unknown(where: str, keys, known: list[str], owner: str, verb: str = "takes") -> dict[str, str]:
-    """``where.key`` -> its one line, for each of ``keys`` that is not ``known`` (nor a Hydra ``_key_``)."""
+def unknown_key_lines(where: str, keys, known: list[str], owner: str, verb: str = "takes",
+                      set_by: dict[str, dict[str, str]] = SET_BY_TRAIN) -> dict[str, str]:
+    """``where.key`` -> its one line, for each of ``keys`` that is not ``known`` (nor a Hydra ``_key_``): the keys
+    ``owner`` takes (or ``has``), a close one suggested; ``set_by``: the keys train.py sets itself."""
     problems = {}
     for key in keys:
         full = f"{where}.{key}" if where else str(key)
         if str(key).startswith("_") or key in known:
             continue
-        if key in SET_BY_TRAIN.get(where, {}):
-            problems[full] = f"{full} is not a setting: train.py sets it from {SET_BY_TRAIN[where][key]}; remove it"
+        if key in set_by.get(where, {}):
+            problems[full] = f"{full} is not a setting: train.py sets it from {set_by[where][key]}; remove it"
             continue
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8)
         fix = f"did you mean {where + '.' if where else ''}{close[0]}?" if close else "remove it"
@@ -110,15 +112,15 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str], quick: bool = False) -
     stopping and the callbacks and loggers without a ``_target_``.
     """
     plain = OmegaConf.to_container(cfg, resolve=False)
-    problems = _unknown("", [key for key in cfg if key != "hydra"], TOP_LEVEL, "the training config (conf/train.yaml)",
-                        "has")
+    problems = unknown_key_lines("", [key for key in cfg if key != "hydra"], TOP_LEVEL,
+                                 "the training config (conf/train.yaml)", "has")
     for where, group in RULED.items():
         node = OmegaConf.select(cfg, where, default=None)
         if isinstance(node, DictConfig):
             known = [key[len(where) + 1:] for key in rules if key.startswith(where + ".")]
             if where == "optim" and node.get("_target_") != MUON:
                 known = [key for key in known if key not in MUON_ONLY]
-            problems |= _unknown(where, node, known, group)
+            problems |= unknown_key_lines(where, node, known, group)
     for where, node in () if quick else _built(plain, ""):
         if where in RULED or where in ("trainer", "model"):  # the model's keys: its config class's fields, below
             continue
@@ -131,11 +133,11 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str], quick: bool = False) -
         known = arguments(target)
         if known is not None:
             known = [k for k in known if k not in SET_BY_TRAIN.get(where, {})]
-            problems |= _unknown(where, node, known, node["_target_"])
+            problems |= unknown_key_lines(where, node, known, node["_target_"])
     for group in ("callbacks", "logger"):  # an entry without a _target_ is skipped by train.py: a typo
         entries = plain.get(group) or {}
         built = [name for name, entry in entries.items() if isinstance(entry, dict) and "_target_" in entry]
-        problems |= _unknown(group, [n for n, e in entries.items() if e is not None and n not in built],
+        problems |= unknown_key_lines(group, [n for n, e in entries.items() if e is not None and n not in built],
                              built, f"{group} (conf/{group}/)", "has")
     if quick:
         return problems
@@ -147,7 +149,7 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str], quick: bool = False) -
     if fields is not None:
         arch = cfg.model.get("arch")
         owner = f"model.arch={arch}" if arch else f"model._target_={cfg.model.get('_target_')}"
-        problems |= _unknown("model", cfg.model, fields, owner)
+        problems |= unknown_key_lines("model", cfg.model, fields, owner)
     problems |= {f"trainer.{key}": f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
                  for key in cfg.trainer if key != "_target_" and key not in trainer_args()}
     return problems

@@ -14,7 +14,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -164,11 +164,12 @@ def finite_or_none(value: float) -> float | None:
 
 
 def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
-        ckpt_path: str | None) -> dict:
+        ckpt_path: str | None, starting: Callable[[], object] | None = None) -> dict:
     """Trainer.fit for the run in ``output_dir``, from ``ckpt_path`` if given; return its metrics.
 
     The data and the model's parameter table are shown first; the HParams summary and the final log
-    line follow the fit (rank 0).
+    line follow the fit (rank 0). ``starting`` is called right before Trainer.fit: what is refused
+    before it (a callback's bad option) was refused before training started.
     """
     log.info("data: %s", datamodule.summary())
     print(module.model.format_parameter_table())
@@ -180,6 +181,8 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )
     refuse_relaunch_in_sweep(trainer)
+    if starting:
+        starting()
     started = time.perf_counter()
     # a resume into its own folder finds its checkpoints there: Lightning's warning about them is noise
     own = ckpt_path and Path(ckpt_path).parent == output_dir / "checkpoints"

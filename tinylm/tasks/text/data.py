@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import urllib.request
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from tinylm.tasks.text.corpus import (
     Corpus,
     bad_byte_error,
     codec_problems,
+    download,
     missing_data_file,
     warn_notes,
 )
@@ -48,26 +48,6 @@ IDENTITY_SLICE = 1 << 20  # ids hashed at a time by data_identity
 def default_corpus_path() -> Path:
     """The small Chinese text about attention that ships inside the package."""
     return Path(str(resources.files("tinylm") / "corpus" / DEFAULT_CORPUS))
-
-
-def download(url: str, dest: Path, sha256: str | None) -> None:
-    """Download ``url`` to ``dest`` once (atomically), checking its SHA-256 when given."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    print(f"downloading {url} -> {dest}")
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
-            f.write(response.read())
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise TinyLMError(
-            f"could not download {url} ({e}): fetch it by hand and pass data.path=FILE"
-        ) from None
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    if sha256 and digest != sha256:
-        tmp.unlink()
-        raise TinyLMError(f"checksum mismatch for {url}: got {digest}, expected {sha256}")
-    os.replace(tmp, dest)
 
 
 def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:
