@@ -24,7 +24,7 @@ from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from tinylm.errors import TinyLMError
@@ -93,11 +93,11 @@ def _missing_key(key: str, cfg: DictConfig) -> tuple[str, DictConfig] | None:
     """(the first part of ``key`` that ``cfg`` has not, the node that lacks it); None if it has the key."""
     node, parts = cfg, key.split(".")
     for i, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            return None  # a key below a value: Hydra's to say
         if part not in node:
             return ".".join(parts[: i + 1]), node
-        if i < len(parts) - 1 and not isinstance(node[part], DictConfig):
-            return None  # a value below a value: Hydra's to say
-        node = node[part] if i < len(parts) - 1 else node
+        node = OmegaConf.select(node, part, throw_on_resolution_failure=False)
     return None
 
 
