@@ -3,6 +3,7 @@ once (atomically, under a lock), rebuilt with one warning when stale or corrupt,
 for a full disk."""
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -108,7 +109,9 @@ def test_a_corrupt_cache_is_rebuilt_with_one_warning(tmp_path, text_file, caplog
     elif damage == "garbage meta":
         (folder / "meta.json").write_bytes(b"\x00{not json")
     else:
-        (folder / "meta.json").write_text('{"fingerprint": 1}')
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        del meta["ids"]
+        (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     with caplog.at_level(logging.WARNING):
         rebuilt = prepared(text_file, tmp_path / "cache")
     warnings = [m for m in caplog.messages if "token cache" in m]

@@ -5,7 +5,6 @@ themselves leave the checkout's .cache/tokens alone."""
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -126,6 +125,17 @@ def test_a_touched_or_copied_text_is_hashed_once_and_not_rebuilt(tmp_path, text_
     assert hashed == []  # the records are current again: a stat each
 
 
+def test_a_cache_of_an_earlier_format_is_stale(tmp_path, text_file, caplog):
+    folder = prepared(text_file, tmp_path / "cache").cache_folder
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    (folder / "meta.json").write_text(json.dumps({**meta, "format": 1}), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        rebuilt = prepared(text_file, tmp_path / "cache")
+    assert token_warnings(caplog) == [f"token cache {folder} is stale (made by an earlier version of tinylm): "
+                                      "rebuilding it"]
+    assert same_ids(rebuilt, prepared(text_file))
+
+
 @pytest.mark.slow  # a process of its own, which imports torch (about 5 s)
 def test_a_file_size_limit_is_one_error_line(tmp_path, text_file):
     """EFBIG, as a FAT32 disk gives past 4 GiB, for real: a file-size limit with SIGXFSZ ignored."""
@@ -145,11 +155,10 @@ def test_a_file_size_limit_is_one_error_line(tmp_path, text_file):
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     (folder,) = (tmp_path / "cache").iterdir()
-    assert re.fullmatch(
-        f"error: the token cache file {folder}/ids.bin.tmp-\\d+ stopped at 0.1 of about 0.5 MiB: a file this large is "
-        r"refused here \(a file-size limit, `ulimit -f`, or a file system such as FAT32, which holds at most 4 GiB a "
-        r"file\): set data.cache_dir to a folder on another file system, or null to tokenize in memory\n",
-        proc.stdout), proc.stdout
+    assert proc.stdout == (
+        f"error: the token cache in {folder} cannot grow past 0.1 MiB (of about 0.5 MiB it needs): larger files are "
+        "refused here (a file-size limit, `ulimit -f`, or a file system such as FAT32, which holds at most 4 GiB a "
+        "file): set data.cache_dir to a folder on another file system, or null to tokenize in memory\n")
     assert sorted(p.name for p in folder.iterdir()) == ["lock"]  # the partial file is removed
 
 

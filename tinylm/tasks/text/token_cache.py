@@ -116,9 +116,10 @@ def write_error(path: Path, need: int, e: OSError) -> TinyLMError:
     if e.errno == errno.EFBIG:
         written = path.stat().st_size if path.exists() else 0
         return TinyLMError(
-            f"the token cache file {path} stopped at {written / MIB:,.1f} of about {need / MIB:,.1f} MiB: a file this "
-            "large is refused here (a file-size limit, `ulimit -f`, or a file system such as FAT32, which holds at "
-            "most 4 GiB a file): set data.cache_dir to a folder on another file system, or null to tokenize in memory")
+            f"the token cache in {path.parent} cannot grow past {written / MIB:,.1f} MiB (of about {need / MIB:,.1f} "
+            "MiB it needs): larger files are refused here (a file-size limit, `ulimit -f`, or a file system such as "
+            "FAT32, which holds at most 4 GiB a file): set data.cache_dir to a folder on another file system, or null "
+            "to tokenize in memory")
     return TinyLMError(f"data.cache_dir: cannot write {path} ({e.strerror or e}): {FIX}")
 
 
@@ -183,7 +184,9 @@ def open_current(folder: Path, files: list[Path], settings: dict) -> tuple[dict 
     ids = None
     try:
         meta = json.loads(text)
-        if meta["settings"] != {"format": FORMAT, **settings} or len(meta["files"]) != len(files):
+        if meta.get("format") != FORMAT:
+            return None, None, "stale (made by an earlier version of tinylm)"
+        if meta["settings"] != settings or len(meta["files"]) != len(files):
             return None, None, STALE
         records = []
         for path, record in zip(files, meta["files"], strict=True):
@@ -286,7 +289,7 @@ def build(folder: Path, files: list[Path], settings: dict, tokenize: Callable, i
             sink.f.close()
         except OSError as e:
             raise sink.refused(e) from None
-        meta = {"settings": {"format": FORMAT, **settings}, "files": records, "dtype": sink.dtype.name,
+        meta = {"format": FORMAT, "settings": settings, "files": records, "dtype": sink.dtype.name,
                 "n_train": sink.counts[0], "n_val": sink.counts[1], "bytes": sum(sink.counts) * sink.dtype.itemsize,
                 "num_chars": num_chars, "val_chars": val_chars, "vocab_size": tokenizer.vocab_size,
                 "tokenizer": tokenizer.state()}
