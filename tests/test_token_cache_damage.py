@@ -76,7 +76,6 @@ def test_damage_that_no_stat_shows_is_one_error_line_while_reading(tmp_path, tex
     assert dm.train_ids[:90].tolist() == prepared(text_file).train_ids[:90].tolist()  # undamaged windows read
 
 
-@pytest.mark.slow  # trains in this process until the damage is read (about 5 s)
 def test_training_on_damage_that_no_stat_shows_stops_with_one_error_line(tmp_path, text_file, monkeypatch):
     """A disk that damages ids.bin leaves its size and times as they were: the read says it."""
     cache = tmp_path / "cache"
