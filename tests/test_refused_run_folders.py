@@ -5,6 +5,7 @@ training started keeps its folder, its log with the error, and its checkpoints."
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from conftest import TINY_MODEL, compose, train_py
@@ -80,13 +81,23 @@ def test_a_failure_after_training_started_keeps_the_folder_and_its_error(tmp_pat
     assert bool(into_run) == started  # the log of a removed folder is closed: nothing writes there again
 
 
-def test_a_resumes_folder_is_never_removed(tmp_path, monkeypatch):
-    """A resume is told its folder (``hydra.run.dir``): this process did not make it."""
-    run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
+def test_a_resumes_folder_is_never_removed(monkeypatch, claimed):
+    """Not even in the process that made it (the tests train and resume in one process)."""
+    run = Path(claimed)
+    (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.ckpt").write_bytes(b"not read: build fails first")
     monkeypatch.setattr(job, "build", lambda cfg: (_ for _ in ()).throw(TinyLMError("the text changed")))
     with pytest.raises(TinyLMError):
         job.run(compose(*TINY_MODEL, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", output_dir=run))
     assert (run / "checkpoints" / "last.ckpt").is_file()
-    assert not folder.discard_new_folder(run)
+
+
+def test_a_folder_whose_training_started_is_kept_by_a_later_refusal_in_the_same_process(monkeypatch, claimed):
+    monkeypatch.setattr(job, "build", lambda cfg: (None, None))
+    monkeypatch.setattr(job, "fit", fail_fit(start=True))
+    with pytest.raises(TinyLMError):
+        job.run(compose(*TINY_MODEL, output_dir=claimed))
+    monkeypatch.setattr(job, "fit", fail_fit(start=False))
+    with pytest.raises(TinyLMError):
+        job.run(compose(*TINY_MODEL, output_dir=claimed))
+    assert not folder.discard_new_folder(claimed) and Path(claimed).is_dir()

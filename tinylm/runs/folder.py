@@ -79,6 +79,11 @@ def note_given_run_dir(argv: list[str]) -> None:
         _made_here.add(Path(value).resolve())
 
 
+def keep_folder(output_dir: str | Path) -> None:
+    """``output_dir`` holds a run from now on (its training started): nothing removes it, in this process either."""
+    _made_here.discard(Path(output_dir).resolve())
+
+
 def discard_new_folder(output_dir: str | Path) -> bool:
     """Remove ``output_dir`` if this process made it (a new run refused before training); whether it did.
 

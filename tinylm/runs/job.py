@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
-from tinylm.runs.folder import discard_new_folder
+from tinylm.runs.folder import discard_new_folder, keep_folder
 from tinylm.runs.job_files import ERROR, METRICS, read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.resume import check_resume, record_resume
@@ -98,6 +98,10 @@ def run(cfg: DictConfig) -> dict:
     in_the_run = not cfg.ckpt_path  # whether an error belongs in the run's train.log
     started = []  # one item once Trainer.fit is called
 
+    def starting() -> None:  # from here on the folder holds the run, whatever happens
+        started.append(True)
+        keep_folder(cfg.paths.output_dir)
+
     try:
         share = thread_share()
         prepare(cfg, share)
@@ -126,13 +130,14 @@ def run(cfg: DictConfig) -> dict:
                 (output_dir / ERROR).unlink(missing_ok=True)
                 for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):
                     log.info("removed %s, a checkpoint half written when the run was killed", tmp)
-            metrics = fit(cfg, datamodule, module, output_dir, ckpt_path, starting=lambda: started.append(True))
+            metrics = fit(cfg, datamodule, module, output_dir, ckpt_path, starting=starting)
             if rank_zero_only.rank == 0:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 write_json(output_dir / METRICS, metrics)
             return metrics
     except (TinyLMError, KeyboardInterrupt, SIGTERMException) as e:
-        if not started and rank_zero_only.rank == 0 and discard_new_folder(cfg.paths.output_dir):
+        new_run = not (started or cfg.ckpt_path)  # a resume's folder is its run's: never removed
+        if new_run and rank_zero_only.rank == 0 and discard_new_folder(cfg.paths.output_dir):
             raise
         if in_the_run and isinstance(e, TinyLMError):
             log_error_to_files(f"error: {e}")
