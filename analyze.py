@@ -73,7 +73,9 @@ def require_heads(loaded) -> None:
 
 def run(cfg: DictConfig) -> dict:
     check_options(cfg)
-    path, why = checkpoint_from_config(cfg)  # torch is imported once there is a checkpoint to load
+    path, why = checkpoint_from_config(cfg)
+    out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)
+    check_out_dir(out_dir)  # torch is imported once there is a checkpoint to load and a folder to write into
     import torch
 
     from tinylm.analysis import experiments
@@ -85,8 +87,6 @@ def run(cfg: DictConfig) -> dict:
     loaded = load_model(path, why)
     require_heads(loaded)
     inputs = experiments.check_inputs(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
-    out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)
-    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with writing_into(out_dir, "the results"):
         result = experiments.analyze(loaded, inputs, out_dir, cfg)

@@ -17,6 +17,7 @@ token), bpc (bits per character, as training's loss/val_bpc) and tokens (positio
 See conf/evaluate.yaml.
 """
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -24,9 +25,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.cli import check_threads, checkpoint_from_config, launch, run_command
+from tinylm.cli import check_threads, checkpoint_from_config, launch, resolve_path, run_command
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
+from tinylm.tasks.text.corpus import missing_data_file
 from tinylm.tasks.text.printing import checkpoint_name
 
 # Run folders live under the project folder, wherever the command is launched from.
@@ -48,6 +50,9 @@ def check_options(cfg: DictConfig) -> None:
     if type(cfg.batch_size) is not int or cfg.batch_size < 1:
         raise TinyLMError(f"batch_size={cfg.batch_size!r} must be an integer >= 1 (windows per forward pass)")
     check_threads(cfg.threads)
+    path = resolve_path(cfg.data.path)
+    if path is not None and not glob.has_magic(path) and not Path(path).exists():  # a glob is the data module's
+        raise TinyLMError(missing_data_file(path))
 
 
 def run_config(checkpoint: Path) -> DictConfig | None:

@@ -34,15 +34,15 @@ PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
 
 
 def run(cfg: DictConfig) -> list[Path]:
-    path, why = checkpoint_from_config(cfg)  # torch is imported once there is a checkpoint to load
+    path, why = checkpoint_from_config(cfg)
+    out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
+               else path.parent / f"{path.stem}-attention")
+    check_out_dir(out_dir)  # torch is imported once there is a checkpoint to load and a folder to draw into
     from tinylm.plots import figures as plotting
 
     loaded = load_model(path, why)
     ids = encode_text(loaded.tokenizer, "" if cfg.text is None else str(cfg.text),
                       loaded.model.config.block_size)
-    out_dir = (Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir
-               else path.parent / f"{path.stem}-attention")
-    check_out_dir(out_dir)
     say_checkpoint(path, why, loaded.global_step, loaded.tokenizer.vocab_size, loaded.model.num_params())
     note = f"{path.name}, step {loaded.global_step}"
     with writing_into(out_dir, "the PNGs"):  # the task's figures: a language model's attention, a translation's

@@ -1,7 +1,7 @@
 """Every refusal that needs no model answers before torch is imported: a misspelled key, a config a group does
 not have, an offline download, no run to load, a missing file for a comparison. What a command imports at start
 is the process's own, so each is a process (a second each, with no torch to import); a refused train.py leaves
-no run folder."""
+no run folder. A refusal of what a checkpoint's output needs (an output folder, a text) comes before it is loaded."""
 
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ REFUSALS = {  # the command line -> how its one line starts
     "evaluate": (["evaluate.py"], NO_RUN),
     "export": (["export.py"], NO_RUN),
     "visualize": (["visualize.py"], NO_RUN),
+    # a checkpoint file that is never read: what is wrong is said before it is loaded
+    "visualize-out_dir": (["visualize.py", "ckpt_path=unread.ckpt", "out_dir=unread.ckpt/pngs"],
+                          "error: cannot write the PNGs into "),
+    "analyze-out_dir": (["analyze.py", "ckpt_path=unread.ckpt", "out_dir=unread.ckpt/results"],
+                        "error: cannot write the PNGs into "),
+    "evaluate-data": (["evaluate.py", "ckpt_path=unread.ckpt", "data.path=missing.txt"],
+                      "error: data file not found: "),
     "compare": (["-m", "tinylm.compare", "positions", "--data", "missing.txt"], "error: --data missing.txt: no such "
                                                                                 "file"),
 }
@@ -38,6 +45,7 @@ REFUSALS = {  # the command line -> how its one line starts
 @pytest.mark.parametrize("name", REFUSALS)
 def test_a_refusal_that_needs_no_model_imports_no_torch(tmp_path, name):
     args, said = REFUSALS[name]
+    (tmp_path / "unread.ckpt").write_bytes(b"")
     script = [str(ROOT / args[0])] if args[0].endswith(".py") else args[:2]
     options = args[1:] if args[0].endswith(".py") else [*args[2:], "--out", str(tmp_path / "compare")]
     if args[0].endswith(".py"):
