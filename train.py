@@ -38,6 +38,7 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
     new run, a bad value (``validate(cfg, quick=True)``), before Hydra makes the run folder and before
     torch and Lightning are imported: one ``error:`` line, and no folder. A resume's values are checked
     once its run's overrides are known; a sweep's by each job (in its folder's error.txt)."""
+    from tinylm.checkpoint import find_checkpoint
     from tinylm.cli import resolve_path
     from tinylm.precheck import composed
     from tinylm.tasks.text.corpus import download
@@ -49,6 +50,8 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
         raise TinyLMError(f"invalid config: {e}") from None
     if cfg is None:  # Hydra's own flags: Hydra's to answer
         return
+    if cfg.ckpt_path and cfg.ckpt_path != "last":  # a file that is not there (a folder, a FIFO): said before torch
+        find_checkpoint(os.path.abspath(os.path.expanduser(str(cfg.ckpt_path))))
     if not in_sweep and not cfg.ckpt_path:
         validate(cfg, quick=True)
         data = cfg.data  # a data set to download: now, so that offline is one line and no folder

@@ -1,7 +1,8 @@
 """Every refusal that needs no model answers before torch is imported: a misspelled key, a config a group does
-not have, an offline download, no run to load, a missing file for a comparison. What a command imports at start
-is the process's own, so each is a process (a second each, with no torch to import); a refused train.py leaves
-no run folder. A refusal of what a checkpoint's output needs (an output folder, a text) comes before it is loaded."""
+not have, an offline download, no checkpoint or run to load, a missing file for a comparison. What a command
+imports at start is the process's own, so each is a process (a second each, with no torch to import); a
+refused train.py leaves no run folder. A refusal of what a checkpoint's output needs (an output folder, a
+text) comes before it is loaded."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ REFUSALS = {  # the command line -> how its one line starts
     "train-group": (["train.py", "model=transformer"], "error: invalid config: model=transformer is not a config of "
                                                        "conf/model/: choose one of gpt, lstm, seq2seq"),
     "train-offline": (["train.py", *SHAKESPEARE], "error: could not download file:///nowhere/input.txt ("),
+    "train-resume": (["train.py", "ckpt_path=missing.ckpt"],
+                     "error: checkpoint file {cwd}/missing.ckpt does not exist"),
     "generate": (["generate.py"], NO_RUN),
     "generate-key": (["generate.py", "promt=你好"], "error: promt is unknown: did you mean prompt?"),
     "analyze": (["analyze.py"], NO_RUN),
@@ -56,7 +59,7 @@ def test_a_refusal_that_needs_no_model_imports_no_torch(tmp_path, name):
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
                 if line.startswith("import time:")}
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-3000:]
-    assert lines[0].startswith(said.format(log_dir=tmp_path / "outputs"))
+    assert lines[0].startswith(said.format(log_dir=tmp_path / "outputs", cwd=tmp_path))
     assert not set(HEAVY) & imported
     assert not (tmp_path / "outputs" / "runs").exists() or not list((tmp_path / "outputs" / "runs").iterdir())
 
