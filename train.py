@@ -23,7 +23,7 @@ try:  # Ctrl-C while Python is still starting: stop quietly, like any interrupte
 
     from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quote_values
     from tinylm.errors import TinyLMError
-    from tinylm.runs.folder import discard_new_folder, note_given_run_dir, register_resolvers
+    from tinylm.runs.folder import discard_new_folder, newest_sweep_dir, note_given_run_dir, register_resolvers
     from tinylm.tasks import refuse_derived
 except KeyboardInterrupt:
     sys.exit(130)
@@ -52,6 +52,11 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
         return
     if cfg.ckpt_path and cfg.ckpt_path != "last":  # a file that is not there (a folder, a FIFO): said before torch
         find_checkpoint(os.path.abspath(os.path.expanduser(str(cfg.ckpt_path))))
+    if in_sweep and cfg.hydra.sweep.dir == "last":  # no sweep to finish: said before torch
+        try:
+            newest_sweep_dir(cfg.paths.log_dir)
+        except TinyLMError as e:
+            raise TinyLMError(f"hydra.sweep.dir=last: {e}") from None
     if not in_sweep and not cfg.ckpt_path:
         validate(cfg, quick=True)
         data = cfg.data  # a data set to download: now, so that offline is one line and no folder

@@ -27,6 +27,8 @@ REFUSALS = {  # the command line -> how its one line starts
     "train-offline": (["train.py", *SHAKESPEARE], "error: could not download file:///nowhere/input.txt ("),
     "train-resume": (["train.py", "ckpt_path=missing.ckpt"],
                      "error: checkpoint file {cwd}/missing.ckpt does not exist"),
+    "train-sweep": (["train.py", "-m", "hydra.sweep.dir=last"],
+                    "error: hydra.sweep.dir=last: there is no sweep under {log_dir}/multirun"),
     "generate": (["generate.py"], NO_RUN),
     "generate-key": (["generate.py", "promt=你好"], "error: promt is unknown: did you mean prompt?"),
     "analyze": (["analyze.py"], NO_RUN),
