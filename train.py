@@ -40,7 +40,7 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
     once its run's overrides are known; a sweep's by each job (in its folder's error.txt)."""
     from tinylm.checkpoint import find_checkpoint
     from tinylm.cli import resolve_path
-    from tinylm.precheck import composed
+    from tinylm.precheck import composed, is_multirun
     from tinylm.tasks.text.corpus import download
     from tinylm.training.config_checks import READS_DATA_PATH, validate
 
@@ -50,6 +50,7 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
         raise TinyLMError(f"invalid config: {e}") from None
     if cfg is None:  # Hydra's own flags: Hydra's to answer
         return
+    in_sweep = in_sweep or is_multirun(cfg)  # hparams_search=optuna sweeps without -m
     if cfg.ckpt_path and cfg.ckpt_path != "last":  # a file that is not there (a folder, a FIFO): said before torch
         find_checkpoint(os.path.abspath(os.path.expanduser(str(cfg.ckpt_path))))
     if in_sweep and cfg.hydra.sweep.dir == "last":  # no sweep to finish: said before torch

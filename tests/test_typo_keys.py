@@ -72,6 +72,16 @@ def test_a_sweep_checks_its_first_job_and_every_config_a_group_sweep_names():
     assert composed("train", ["train.py", "-m", "seed=range(1,3)", "model.n_embd=32,64"], ROOT / "conf") is not None
 
 
+def test_a_config_that_asks_for_a_sweep_itself_is_checked_as_one():
+    """hparams_search=optuna sweeps without -m: its choice() is the first trial's value, not an ambiguity."""
+    from tinylm.precheck import is_multirun
+
+    args = ["train.py", "hparams_search=optuna", "optim.lr=choice(0.003,1e12,0)"]
+    cfg = composed("train", args, ROOT / "conf")
+    assert is_multirun(cfg) and cfg.optim.lr == 0.003
+    assert refusal("train", *args[1:], "optim.lrr=0.1").startswith("optim.lrr is unknown: did you mean optim.lr?")
+
+
 def test_hydras_own_flags_are_left_to_hydra_and_good_overrides_compose():
     assert composed("train", ["train.py", "--cfg", "job", "model.num_layer=6"], ROOT / "conf") is None
     cfg = composed("generate", ["generate.py", "prompt='a, b = 1'", "top_k=5"], ROOT / "conf")

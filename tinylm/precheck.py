@@ -10,7 +10,7 @@ override is said at once: an override Hydra refused is left out and the rest com
 It runs before Hydra creates anything and imports neither torch nor Lightning. A command line with
 Hydra's own flags (``--help``, ``--cfg job``, ``-cd DIR``, ...) is left to Hydra. In a sweep (``-m``)
 the first job's config is composed (the first value of each list or range), and each config a
-group sweep names must exist.
+group sweep names must exist; so in a config that asks for a sweep itself (``hparams_search=optuna``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
@@ -51,6 +52,26 @@ def _first_job(override: Override) -> str:
     """A swept override as the sweep's first job has it: ``model.n_embd=32,64`` -> ``model.n_embd=32``."""
     first = next(iter(override.sweep_string_iterator()))
     return f"{override.get_key_element()}={first}"
+
+
+def is_multirun(cfg: DictConfig) -> bool:
+    """Whether the composed config itself asks for a sweep (``hydra.mode: MULTIRUN``, as hparams_search=optuna does)."""
+    return OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN
+
+
+def _multirun_by_config(config_name: str, parsed: list[Override]) -> bool:
+    """Whether sweep overrides without ``-m`` are a sweep all the same: the config asks for one."""
+    if not any(o.is_sweep_override() for o in parsed):
+        return False
+    fixed = [o for o in parsed if not o.is_sweep_override()]
+    picks = [o for o in fixed if "." not in o.key_or_group or o.is_hydra_override()]  # groups, hydra.mode
+    for overrides in (fixed, picks):  # the picks alone when a misspelled key is among the others
+        try:
+            return is_multirun(compose(config_name, overrides=[o.input_line for o in overrides],
+                                       return_hydra_config=True))
+        except HydraException:  # said when the command line is composed
+            continue
+    return False
 
 
 def _group_options(group: str) -> list[str]:
@@ -155,7 +176,7 @@ def composed(config_name: str, argv: list[str], conf_dir: Path) -> DictConfig | 
                 parsed += parser.parse_overrides([override])
             except HydraException as e:
                 unreadable[override] = e
-        sweeps = set(MULTIRUN) & set(args)
+        sweeps = bool(set(MULTIRUN) & set(args)) or _multirun_by_config(config_name, parsed)
         problems = _sweep_problems(parsed) if sweeps else []
         overrides = [o.input_line for o in parsed]
         if sweeps:  # the first job; a sweep the sweeper draws from (interval, glob) is the sweeper's
