@@ -12,7 +12,8 @@ from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.plots.rendering import save_png
 from tinylm.runs.events_folder import events_folder
-from tinylm.runs.sweep_report import Job, markdown, read_job, split_overrides, table_rows
+from tinylm.runs.sweep_jobs import Job, read_job
+from tinylm.runs.sweep_report import markdown, split_overrides, table_rows
 
 CURVES_NAME, REPORT_NAME = "curves.png", "REPORT.md"
 VAL_TAGS = {"loss": "loss/val", "bpc": "loss/val_bpc", "exact_match": "loss/val_exact_match"}  # metric -> its tag

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tinylm.runs.sweep_report import Job, short
+from tinylm.runs.sweep_jobs import Job, short
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

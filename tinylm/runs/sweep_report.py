@@ -31,23 +31,12 @@ import math
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.folder import composed_log_dir, newest_sweep_dir, original_overrides
-from tinylm.runs.job_files import (
-    CLAIM,
-    ERROR,
-    LAST_CHECKPOINT,
-    MARKER,
-    METRICS,
-    describe,
-    expected_jobs,
-    job_status,
-    read_marker,
-    read_metrics,
-)
+from tinylm.runs.folder import composed_log_dir, newest_sweep_dir
+from tinylm.runs.job_files import CLAIM, ERROR, LAST_CHECKPOINT, MARKER, METRICS, expected_jobs
+from tinylm.runs.sweep_jobs import MISSING, Job, as_dict, read_job, short
 
 # metrics.json fields shown, in column order
 METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_params", "tokens_per_second",
@@ -56,71 +45,6 @@ FORMATS = {"best_val_loss": "{:.4f}", "best_step": "{}", "val_loss": "{:.4f}", "
            "num_params": "{:,}", "tokens_per_second": "{:,.0f}", "wall_seconds": "{:.1f}", "steps": "{}"}
 CSV_NAME, MARKDOWN_NAME, PLOT_NAME = "summary.csv", "summary.md", "val_loss_vs_params.png"
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: its conf/, and outputs/ unless TINYLM_ROOT says otherwise
-MISSING, UNREADABLE_OVERRIDES = "missing", "unreadable .hydra/overrides.yaml"
-
-
-@dataclass
-class Job:
-    """What one job folder says about its job."""
-
-    name: str  # the folder name: Hydra's job number
-    overrides: dict[str, str]  # key -> value, as given on the command line
-    metrics: dict | None  # metrics.json, None when missing or unreadable
-    status: str  # a job_files.job_status, "missing" (no folder yet) or "unreadable .hydra/overrides.yaml"
-    note: str = ""  # error.txt's line, why metrics.json is unreadable, where a running job runs, ...
-
-    @property
-    def best_val_loss(self) -> float:
-        """The lowest val loss (a metrics.json older than best_val_loss: the final one); NaN if none."""
-        metrics = self.metrics or {}
-        value = metrics.get("best_val_loss", metrics.get("val_loss"))
-        return math.nan if value is None else float(value)
-
-
-def as_dict(overrides: list[str]) -> dict[str, str]:
-    """``["model.n_embd=32", ...]`` -> ``{"model.n_embd": "32", ...}``."""
-    pairs = (item.split("=", 1) for item in overrides)
-    return {pair[0]: pair[1] if len(pair) == 2 else "" for pair in pairs}
-
-
-def note(folder: Path, status: str, metrics: dict | None) -> str:
-    """The one line that says more about a job than its status."""
-    marker = read_marker(folder)
-    if status == "running" and marker is not None:
-        return describe(marker)
-    claim = read_marker(folder, CLAIM) if status == "queued" else None
-    if claim is not None:
-        return f"not started yet by the sweep of {describe(claim)}"
-    if (folder / ERROR).is_file():
-        try:  # the job's one error line; a damaged file is shown as far as it reads
-            return " ".join((folder / ERROR).read_text(encoding="utf-8", errors="replace").split())[:300]
-        except OSError as e:
-            return f"{ERROR} cannot be read ({e.strerror or e})"
-    if marker is not None:  # left behind by a job that was killed
-        return f"killed; resumable from {LAST_CHECKPOINT}" if status == "interrupted" else "killed before a checkpoint"
-    if metrics is not None and metrics.get("stopped_early"):
-        return "stopped early"
-    if status == "finished" and metrics is not None and metrics.get("val_loss") is None:
-        return "no val loss (never validated)"
-    return ""
-
-
-def read_job(folder: Path, expected: list[str] | None = None) -> Job:
-    """A job folder's files; a metrics.json that cannot be used makes the job unreadable, not the report.
-    ``expected``: the job's overrides as its sweep defines them, for a folder without a .hydra record."""
-    try:
-        overrides, damaged = original_overrides(folder), None
-    except TinyLMError as e:
-        overrides, damaged = None, str(e)
-    overrides = as_dict(overrides if overrides is not None else expected or [])
-    status = job_status(folder)
-    try:
-        metrics = read_metrics(folder)
-    except ValueError as e:
-        return Job(folder.name, overrides, None, status, str(e))
-    if damaged is not None:
-        return Job(folder.name, overrides, metrics, UNREADABLE_OVERRIDES, damaged)
-    return Job(folder.name, overrides, metrics, status, note(folder, status, metrics))
 
 
 def is_job_folder(folder: Path) -> bool:
@@ -192,15 +116,6 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-
-
-def short(value: str) -> str:
-    """A long decimal setting (Optuna's '0.0029216561697486') cut to 4 significant digits."""
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return f"{number:.4g}" if "." in value and len(value) > 8 else value
 
 
 def cell(name: str, value) -> str:
