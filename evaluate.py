@@ -7,7 +7,7 @@
 Which text: ``data.path``, else the one the checkpoint's run trained on (its run folder's
 ``.hydra/config.yaml``), else the shipped corpus. The other data keys (val_fraction, repeat,
 encoding, ...) come from that run config unless given, so ``split=val`` is exactly training's
-validation text, encoded with the checkpoint's tokenizer. How windows cover it: tinylm/evaluation.py.
+validation text, encoded with the checkpoint's tokenizer. How windows cover it: tinylm/tasks/text/evaluation.py.
 What is scored is the checkpoint's task's (``tinylm.tasks``, ``Task.evaluate``): a checkpoint trained on
 translation pairs is scored on every validation pair: loss, exact match and character error rate of
 greedy translations.
@@ -26,10 +26,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.cli import check_threads, checkpoint_from_config, launch, resolve_path, run_command
+from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
 from tinylm.tasks.text.corpus import missing_data_file
-from tinylm.tasks.text.printing import checkpoint_name
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))

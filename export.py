@@ -20,9 +20,9 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.cli import checkpoint_from_config, launch, run_command
+from tinylm.console import checkpoint_name, shown_path
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
-from tinylm.tasks.text.printing import checkpoint_name, shown_path
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))

@@ -29,10 +29,10 @@ import hydra
 from omegaconf import DictConfig, ListConfig
 
 from tinylm.cli import check_threads, checkpoint_from_config, launch, run_command
+from tinylm.console import Sampler, print_samples, unescape
 from tinylm.errors import TinyLMError
+from tinylm.generation.prompting import validate_sampling
 from tinylm.tasks import get_task
-from tinylm.tasks.text.printing import Sampler, print_samples, unescape
-from tinylm.tasks.text.prompting import validate_sampling
 from tinylm.textfile import as_lines, read_capped_bytes
 
 # Run folders live under the project folder, wherever the command is launched from.

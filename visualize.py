@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, launch, run_command, writing_into
+from tinylm.console import say_checkpoint
 from tinylm.tasks import get_task
-from tinylm.tasks.text.printing import say_checkpoint
 
 # Run folders live under the project folder, wherever the command is launched from.
 os.environ.setdefault("TINYLM_ROOT", str(Path(__file__).resolve().parent))

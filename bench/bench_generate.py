@@ -17,8 +17,8 @@ import time
 
 import torch
 
+from tinylm.generation.sampling import generate
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.tasks.text.sampling import generate
 
 MODELS = {
     "reference": GPTConfig(vocab_size=350, block_size=32, n_embd=64, num_heads=4, num_layers=4),

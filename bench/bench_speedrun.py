@@ -22,7 +22,7 @@ tinylm runs `python train.py experiment=shakespeare_speedrun data.path=<--data>`
 - tinylm: wall seconds of train.py (start-up, training, its one validation and checkpoint included;
   `evaluate.py` not), the training's loss/val (20 fixed batches, a sample too), and its best
   checkpoint scored by `python evaluate.py run_dir=...`: every position of the validation split
-  once (the full split, about 111,500 positions; tinylm/evaluation.py says how windows cover it).
+  once (the full split, about 111,500 positions; tinylm/tasks/text/evaluation.py says how windows cover it).
 
 The last lines: the means per side, the wall-time ratio (tinylm / nanoGPT) and the target: tinylm's
 evaluate.py loss at most nanoGPT's val loss, in at most 0.35x its wall time.

@@ -16,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tinylm.callbacks import EmbeddingProjector, training_text_opening
 from tinylm.errors import TinyLMError
+from tinylm.generation.sampling import generate
 from tinylm.models import build_model
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.plots import figures as plotting
@@ -24,7 +25,6 @@ from tinylm.tasks.text.attention import AttentionMaps
 from tinylm.tasks.text.data import TextDataModule, default_corpus_path
 from tinylm.tasks.text.probes import NextTokenProbes
 from tinylm.tasks.text.samples import SampleText, samples_markdown
-from tinylm.tasks.text.sampling import generate
 from tinylm.tokenizer import CharTokenizer
 from tinylm.training.module import LitLanguageModel, adamw
 

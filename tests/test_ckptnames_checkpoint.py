@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 from test_checkpoint import make_run
 
 from tinylm.checkpoint import Chosen, choose_checkpoint, debug_preset
+from tinylm.console import checkpoint_name, shown_path
 from tinylm.runs.resume import latest_last_checkpoint
-from tinylm.tasks.text.printing import checkpoint_name, shown_path
 
 
 def record_hydra(run: Path, *overrides: str) -> Path:

@@ -22,11 +22,11 @@ from torch.nn import functional as F
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
+from tinylm.generation.sampling import generate
 from tinylm.models import ModelConfig, build_model
 from tinylm.models.base import Decoder
 from tinylm.models.checks import size_problems
 from tinylm.tasks.text.data import TextDataModule
-from tinylm.tasks.text.sampling import generate
 from tinylm.training.config_checks import config_problems
 from tinylm.training.fit import build_module, instantiate_all, train
 from tinylm.training.module import adamw, warmup_cosine

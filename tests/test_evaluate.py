@@ -15,9 +15,9 @@ from torch.nn import functional as F
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.evaluation import window_plan
 from tinylm.models import build_model
 from tinylm.tasks.text.data import TextDataModule
+from tinylm.tasks.text.evaluation import window_plan
 from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tokenizer import build_tokenizer
 

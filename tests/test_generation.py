@@ -1,4 +1,4 @@
-"""The sampling API (tinylm.tasks.text.sampling) and the generate.py command line."""
+"""The sampling API (tinylm.generation.sampling) and the generate.py command line."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import quote_values
+from tinylm.console import printable
 from tinylm.errors import TinyLMError
-from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.models.tracing import trace_shapes
-from tinylm.tasks.text.printing import printable
-from tinylm.tasks.text.sampling import (
+from tinylm.generation.sampling import (
     encode_prompt,
     generate,
     keep_top_k,
@@ -31,6 +29,8 @@ from tinylm.tasks.text.sampling import (
     stream_tokens,
     validate_sampling,
 )
+from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.models.tracing import trace_shapes
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 spec = importlib.util.spec_from_file_location("generate_cli", ROOT / "generate.py")

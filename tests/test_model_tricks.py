@@ -11,9 +11,9 @@ import torch
 from conftest import TINY_MODEL, TINY_TEXT, compose
 from torch.nn import functional as F
 
+from tinylm.generation.sampling import generate
 from tinylm.models import build_model, model_config, model_config_problems
 from tinylm.models.gpt import GPT, Attention, FeedForward, GPTConfig
-from tinylm.tasks.text.sampling import generate
 from tinylm.tokenizer import CharTokenizer
 from tinylm.training.module import adamw, warmup_cosine
 from tinylm.training.muon import MuonAdamW, muon, orthogonalise

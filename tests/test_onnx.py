@@ -18,7 +18,10 @@ import torch
 from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
 
 from tinylm.cli import quote_values
+from tinylm.console import shown_path
 from tinylm.errors import TinyLMError
+from tinylm.generation.sampling import keep_top_k, keep_top_p
+from tinylm.generation.sampling import sample_next as torch_sample_next
 from tinylm.models import build_model
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.gpt_checks import POS_ENCODINGS
@@ -27,9 +30,6 @@ from tinylm.onnx.export import export_onnx
 from tinylm.onnx.runtime import keep_top_k as np_top_k
 from tinylm.onnx.runtime import keep_top_p as np_top_p
 from tinylm.onnx.runtime import load_onnx, sample_next
-from tinylm.tasks.text.printing import shown_path
-from tinylm.tasks.text.sampling import keep_top_k, keep_top_p
-from tinylm.tasks.text.sampling import sample_next as torch_sample_next
 from tinylm.tokenizer import CharTokenizer
 
 
@@ -224,8 +224,8 @@ def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys, monkey
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "onnxruntime" in imported and "tinylm.onnx.runtime" in imported
-    assert not {m for m in imported if m.split(".")[0] in ("torch", "lightning", "tinylm.tasks.text.sampling")}
-    assert "tinylm.checkpoint" not in imported and "tinylm.tasks.text.sampling" not in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "lightning", "tinylm.generation.sampling")}
+    assert "tinylm.checkpoint" not in imported and "tinylm.generation.sampling" not in imported
     (line,) = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     monkeypatch.chdir(tmp_path)
     shown = shown_path(path)  # as seen from the folder it ran in
@@ -235,7 +235,7 @@ def test_generate_on_onnx_never_imports_torch(exported, tmp_path, capsys, monkey
 
 
 # --------------------------------------------------------------------------------------------
-# The numpy sampler mirrors tinylm.tasks.text.sampling.sample_next
+# The numpy sampler mirrors tinylm.generation.sampling.sample_next
 
 
 def kept(logits) -> list[set[int]]:

@@ -12,8 +12,8 @@ import torch
 from conftest import ROOT, TINY_MODEL, compose
 
 from tinylm.checkpoint import load_model
+from tinylm.generation.sampling import encode_prompt, generate
 from tinylm.runs.job import main as train_main
-from tinylm.tasks.text.sampling import encode_prompt, generate
 
 FIXTURES = ROOT / "tests" / "fixtures"
 RELEASE = json.loads((FIXTURES / "release-0.1.json").read_text(encoding="utf-8"))

@@ -12,11 +12,11 @@ from omegaconf import OmegaConf
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
+from tinylm.generation.sampling import generate
 from tinylm.models import build_model, model_config_problems
 from tinylm.models.gpt import GPT
 from tinylm.models.rnn import RNNConfig, RNNLanguageModel, RNNState
 from tinylm.runs.resume import check_resume
-from tinylm.tasks.text.sampling import generate
 from tinylm.training.config_checks import config_problems
 
 generate_cli, visualize_cli = entry_point("generate.py"), entry_point("visualize.py")

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from tinylm.generation.sampling import generate
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.positions import RotaryPositions
-from tinylm.tasks.text.sampling import generate
 
 
 def rope_model(**kw) -> GPT:

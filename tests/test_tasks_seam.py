@@ -175,7 +175,7 @@ def test_a_checkpoint_of_an_unknown_task_is_one_line():
 
 
 def test_importing_the_registry_imports_no_torch():
-    code = "import sys, tinylm.tasks, tinylm.tasks.text.printing; print('torch' in sys.modules)"
+    code = "import sys, tinylm.tasks, tinylm.console; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
 
@@ -188,7 +188,7 @@ def test_the_data_modules_import_no_decoding_code():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     imported = proc.stdout.strip()
     assert "tinylm.tasks.translation.batches" in imported, proc.stderr
-    for decoding in ("tinylm.tasks.translation.decoding", "tinylm.tasks.text.sampling", "tinylm.tasks.text.printing"):
+    for decoding in ("tinylm.tasks.translation.decoding", "tinylm.generation.sampling", "tinylm.console"):
         assert f"'{decoding}'" not in imported
 
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from tinylm.console import shown_path
 from tinylm.errors import TinyLMError
 from tinylm.models import NotImported, build, described, model_spec
 from tinylm.models.sizes import weights_problem
 from tinylm.runs.folder import HYDRA_DIR, read_record
 from tinylm.runs.partials import remove_stale_partials
 from tinylm.tasks import task_of_checkpoint
-from tinylm.tasks.text.printing import shown_path
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 if TYPE_CHECKING:  # choosing a checkpoint imports no torch: a command with no run to load answers at once

@@ -13,10 +13,10 @@ from tinylm.analysis.patching import patching
 from tinylm.analysis.probe import Probe
 from tinylm.analysis.translation import cross_head_table, first_pair_probe, pairs_of
 from tinylm.cli import encode_text
+from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import visible
 from tinylm.tasks import is_encoder_decoder
-from tinylm.tasks.text.printing import checkpoint_name
 
 
 def decoder_inputs(loaded, cfg) -> tuple[list[int], list[int] | None]:

@@ -13,7 +13,7 @@ class KVCache:
 
     Each step appends its positions, so it holds at most the first block_size positions of a text.
     Once a text outgrows the block, every kept token moves to a new position and the window is
-    encoded afresh (``tinylm.tasks.text.sampling``), with rope too: from the second layer on, cached keys
+    encoded afresh (``tinylm.generation.sampling``), with rope too: from the second layer on, cached keys
     and values depend on tokens that left the window. It starts from the keys and values
     (L, B, h, P, hs) of P earlier positions (``GPT.step``), or from none (``empty``).
     """

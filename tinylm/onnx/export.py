@@ -15,7 +15,7 @@ The new tokens stand at positions past .. past + sequence - 1: the learned or si
 read there, rope rotates by those angles, and each new token attends to every earlier one and to
 itself. ``past`` may be 0 (the prompt: a tensor with a 0-length axis), and past + sequence must
 not exceed the context window (block_size): past it, a caller encodes the last window afresh with
-no past, as ``tinylm.tasks.text.sampling`` does (``tinylm.onnx.runtime``).
+no past, as ``tinylm.generation.sampling`` does (``tinylm.onnx.runtime``).
 
 The file carries everything else as JSON in its ``metadata_props`` (keys in ``tinylm.onnx.runtime``):
 the format, the tinylm version, the model config, the tokenizer state, the training step, the

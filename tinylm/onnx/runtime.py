@@ -1,10 +1,10 @@
 """Sampling from an exported ONNX model with ONNX Runtime and numpy: no torch anywhere.
 
 ``load_onnx`` opens a file written by ``export.py`` (``tinylm.onnx.export`` documents the graph)
-and rebuilds the tokenizer from its metadata. ``stream_tokens`` is ``tinylm.tasks.text.sampling.stream_tokens``
+and rebuilds the tokenizer from its metadata. ``stream_tokens`` is ``tinylm.generation.sampling.stream_tokens``
 in numpy, rule for rule: the prompt first, then one token per step with the keys and values of
 the earlier positions fed back (``use_cache``), and past the context window the last window encoded
-afresh each step. ``sample_next`` mirrors ``tinylm.tasks.text.sampling.sample_next``. Greedy decoding picks
+afresh each step. ``sample_next`` mirrors ``tinylm.generation.sampling.sample_next``. Greedy decoding picks
 the same ids as the checkpoint; random draws come from a numpy generator, so a seed draws other
 (equally likely) samples than it does with PyTorch.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from tinylm.errors import TinyLMError
+from tinylm.generation.prompting import text_pieces, validate_sampling
 from tinylm.onnx.external import uses_external_data
-from tinylm.tasks.text.prompting import text_pieces, validate_sampling
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 ONNX_EXTRA = 'pip install -e ".[onnx]"'
@@ -165,7 +165,7 @@ def metadata_problem(model: OnnxModel) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# One step: logits -> next ids, as tinylm.tasks.text.sampling does it
+# One step: logits -> next ids, as tinylm.generation.sampling does it
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -193,7 +193,7 @@ def keep_top_p(logits: np.ndarray, p: float) -> np.ndarray:
 
 def sample_next(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: np.random.Generator | None = None) -> np.ndarray:
-    """Next ids (B,) from the last position's logits (B, V): ``tinylm.tasks.text.sampling.sample_next`` in numpy.
+    """Next ids (B,) from the last position's logits (B, V): ``tinylm.generation.sampling.sample_next`` in numpy.
 
     Temperature 0 is greedy (the first index wins a tie); else each row's largest logit is
     subtracted before dividing by the temperature (at least the dtype's smallest normal number),
@@ -221,7 +221,7 @@ def sample_next(logits: np.ndarray, temperature: float = 1.0, top_k: int | None 
 def _next_logits(model: OnnxModel, seq: np.ndarray, past):
     """Logits (B, V) for the token after ``seq`` (B, L), and the past to feed next time.
 
-    As ``tinylm.tasks.text.sampling._next_logits``: while the text fits in the window, only the positions
+    As ``tinylm.generation.sampling._next_logits``: while the text fits in the window, only the positions
     not in ``past`` are encoded; past the window (or without a past) the last window afresh.
     """
     window = model.context_window
@@ -255,7 +255,7 @@ def stream_tokens(model: OnnxModel, idx: np.ndarray, max_new_tokens: int, temper
 
 def stream_text(model: OnnxModel, tokenizer: Tokenizer, prompt_ids: list[int], max_new_tokens: int,
                 stop: str | None = None, **sampling) -> Iterator[str]:
-    """One sample's continuation as printable pieces: ``tinylm.tasks.text.sampling.stream_text`` on ONNX Runtime."""
+    """One sample's continuation as printable pieces: ``tinylm.generation.sampling.stream_text`` on ONNX Runtime."""
     idx = np.array([prompt_ids], np.int64)  # (1, T)
     new_ids = (int(ids[0]) for ids in stream_tokens(model, idx, max_new_tokens, **sampling))
     yield from text_pieces(tokenizer, new_ids, stop)

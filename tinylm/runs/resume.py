@@ -27,10 +27,10 @@ from hydra.errors import HydraException
 
 from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, model_parts, newest_run, read_checkpoint, refusing_invalid
 from tinylm.cli import quote_values
+from tinylm.console import shown_path
 from tinylm.errors import TinyLMError
 from tinylm.models import config_class, model_class
 from tinylm.runs.folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
-from tinylm.tasks.text.printing import shown_path
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")

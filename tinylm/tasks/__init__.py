@@ -6,7 +6,7 @@ visualize.py, evaluate.py and export.py do with its checkpoints. The data group 
 (``data=pairs``: translation), and a checkpoint names it (its ``task`` hyperparameter).
 
 ``TASKS`` names each task's class, imported on first use: importing this package imports no torch
-(generate.py on an ONNX file imports ``tinylm.tasks.text.prompting`` without it).
+(generate.py on an ONNX file imports ``tinylm.generation.prompting`` without it).
 """
 
 from __future__ import annotations

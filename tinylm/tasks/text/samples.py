@@ -8,12 +8,12 @@ import torch
 
 from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer, training_text_opening, without_unknown
 from tinylm.errors import TinyLMError
-from tinylm.tasks.text.sampling import encode_prompt, generate, validate_sampling
+from tinylm.generation.sampling import encode_prompt, generate, validate_sampling
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 
 class SampleText(PeriodicInspector):
-    """Continue fixed prompts with ``tinylm.tasks.text.sampling.generate`` and log the text.
+    """Continue fixed prompts with ``tinylm.generation.sampling.generate`` and log the text.
 
     ``prompts``: list of strings; null takes the first ``prompt_chars`` characters of the
     training text's first line. Characters outside the vocabulary are skipped with a warning.

@@ -6,11 +6,11 @@ from functools import partial
 
 import torch
 
+from tinylm.console import Sampler, print_samples
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
-from tinylm.tasks.text.printing import Sampler, print_samples
 from tinylm.tokenizer import unknown_characters
 
 
@@ -27,7 +27,7 @@ class TextTask(Task):
 
     def generate(self, cfg, loaded, prompt: str, seed: int) -> None:
         """The sampled continuations of ``prompt``, as from an ONNX file (``print_samples``)."""
-        from tinylm.tasks.text.sampling import stream_text
+        from tinylm.generation.sampling import stream_text
 
         stream = partial(stream_text, loaded.model, loaded.tokenizer, generator=torch.Generator().manual_seed(seed),
                          use_cache=cfg.use_cache)
@@ -43,8 +43,8 @@ class TextTask(Task):
 
     def evaluate(self, cfg, loaded, datamodule) -> tuple[str, dict]:
         """Every position of the validation split (``split=val``) or of the whole text, in windows of
-        block_size starting every ``stride`` tokens (``tinylm.evaluation``)."""
-        from tinylm.evaluation import score_text
+        block_size starting every ``stride`` tokens (``tinylm.tasks.text.evaluation``)."""
+        from tinylm.tasks.text.evaluation import score_text
         from tinylm.training.module import LN2
 
         block_size = loaded.model.config.block_size

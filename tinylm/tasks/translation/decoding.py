@@ -2,11 +2,11 @@
 and for a decoder-only model trained on the same pairs (source + BEGIN, continued up to END).
 
 - ``translate(model, src, ...)``: greedy (temperature 0) or sampled decoding of a batch of sources,
-  with the options of ``tinylm.tasks.text.sampling.sample_next``. The source is encoded once; with the
+  with the options of ``tinylm.generation.sampling.sample_next``. The source is encoded once; with the
   cache, each step feeds the decoder only the newest symbol, and the cross-attention keys and
   values of the source are reused from ``model.encode`` at every step.
 - ``continue_sources(model, prompts, ...)``: the same for a decoder-only model, through
-  ``tinylm.tasks.text.sampling.generate``.
+  ``tinylm.generation.sampling.generate``.
 - ``beam_search(model, src, beam_size)``: the most likely translations of one source, kept
   ``beam_size`` at a time, with either kind of model.
 - ``edit_distance`` and ``translation_scores``: the exact match and character error rate that
@@ -29,12 +29,12 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
+from tinylm.generation.prompting import UNKNOWN_POLICIES
+from tinylm.generation.sampling import generate, sample_next, suppress
 from tinylm.models import LanguageModel
 from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID, Memory
 from tinylm.tasks import is_encoder_decoder
-from tinylm.tasks.text.prompting import UNKNOWN_POLICIES
-from tinylm.tasks.text.sampling import generate, sample_next, suppress
 from tinylm.tasks.translation.symbols import IGNORE
 from tinylm.tokenizer import Tokenizer, say_skipped, unknown_characters
 
@@ -164,7 +164,7 @@ def edit_distance(a: list[int], b: list[int]) -> int:
 def continue_sources(model: LanguageModel, prompts: list[list[int]], temperature: float = 0.0,
                      **sampling) -> list[list[int]]:
     """A decoder-only model's translations: each prompt (source + BEGIN) continued up to END, greedy by
-    default (``sampling``: the other options of ``tinylm.tasks.text.sampling.stream_tokens``)."""
+    default (``sampling``: the other options of ``tinylm.generation.sampling.stream_tokens``)."""
     device = next(model.parameters()).device
     outputs = []
     for ids in prompts:

@@ -7,12 +7,12 @@ import sys
 
 import torch
 
+from tinylm.console import printable, say_checkpoint
 from tinylm.errors import TinyLMError
 from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import PAD_ID
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import Task
-from tinylm.tasks.text.printing import printable, say_checkpoint
 from tinylm.tasks.translation.decoding import translate_lines, translation_scores
 from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tasks.translation.symbols import IGNORE

@@ -1,10 +1,11 @@
-"""What ``generate.py`` prints for a text model, free of torch: the same on PyTorch and ONNX Runtime.
+"""What the commands print, free of torch: the same on PyTorch and ONNX Runtime.
 
-``print_samples`` streams ``num_samples`` continuations of the prompt to stdout, separated by a
-line ``---``; the checkpoint and the seed go to stderr. ``checkpoint_name`` is how every command
-names the checkpoint it uses: its path and why it was picked (``tinylm.checkpoint.Chosen``).
-``Sampler`` is a model ready to sample from, on either runtime (``tinylm.tasks.text.task`` builds
-the PyTorch one, generate.py the ONNX one).
+``checkpoint_name`` is how every command names the checkpoint it uses: its path and why it was picked
+(``tinylm.checkpoint.Chosen``); ``say_checkpoint`` says it on stderr; ``shown_path`` is how a path is shown;
+``printable`` and ``unescape`` carry text to and from a terminal. ``print_samples`` streams ``num_samples``
+continuations of the prompt to stdout, separated by a line ``---``, for ``generate.py``; ``Sampler`` is a
+model ready to sample from, on either runtime (``tinylm.tasks.text.task`` builds the PyTorch one,
+generate.py the ONNX one).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from tinylm.tasks.text.prompting import encode_prompt
+from tinylm.generation.prompting import encode_prompt
 from tinylm.tokenizer import Tokenizer
 
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}

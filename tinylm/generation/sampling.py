@@ -10,7 +10,7 @@ the same code:
 - ``generate(model, idx, ...)``: collects the stream into (B, T + n), optionally stopping at ids.
 - ``stream_text``: one sample as decoded pieces ready to print as they arrive, stopping after a
   given string. The text side (``encode_prompt``, ``text_pieces``, ``validate_sampling``) is in
-  ``tinylm.tasks.text.prompting``, free of torch, shared with ONNX Runtime (``tinylm.onnx.runtime``).
+  ``tinylm.generation.prompting``, free of torch, shared with ONNX Runtime (``tinylm.onnx.runtime``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
+from tinylm.generation.prompting import encode_prompt, text_pieces, validate_sampling  # noqa: F401 (encode_prompt: re-exported)
 from tinylm.models import LanguageModel
 from tinylm.models.base import eval_no_grad
-from tinylm.tasks.text.prompting import encode_prompt, text_pieces, validate_sampling  # noqa: F401 (encode_prompt: re-exported)
 from tinylm.tokenizer import Tokenizer
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 - ``encode_prompt``: prompt text -> ids, dealing with characters outside the vocabulary.
 - ``text_pieces``: a stream of new ids -> printable pieces (whole characters), ending at a stop string.
 
-``tinylm.tasks.text.sampling`` (PyTorch) and ``tinylm.onnx.runtime`` (numpy) each produce the ids; neither
+``tinylm.generation.sampling`` (PyTorch) and ``tinylm.onnx.runtime`` (numpy) each produce the ids; neither
 owns the text, so ``generate.py`` on an ONNX file never imports torch.
 """
 
