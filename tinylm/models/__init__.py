@@ -17,32 +17,17 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING
 
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 
 from tinylm.errors import TinyLMError
-from tinylm.models.gpt_checks import gpt_config_problems
-from tinylm.models.rnn_checks import rnn_config_problems
-from tinylm.models.seq2seq_checks import seq2seq_config_problems
+from tinylm.models.built_in import BUILT_IN, CHECKS
 from tinylm.models.sizes import size_problem
 
 if TYPE_CHECKING:
     from tinylm.models.base import LanguageModel, ModelConfig
-
-# arch -> (the model class a checkpoint names by that arch, the checks of its config). By name: importing
-# this package imports no torch (the model classes do), so that train.py checks a config's values
-# (``model_config_problems``) before torch is imported. A class's config dataclass has the same checks
-# (its ``problems``).
-BUILT_IN: dict[str, tuple[str, Callable[[dict], list[str]]]] = {
-    "gpt": ("tinylm.models.gpt.GPT", gpt_config_problems),
-    "lstm": ("tinylm.models.rnn.RNNLanguageModel", rnn_config_problems),
-    "gru": ("tinylm.models.rnn.RNNLanguageModel", rnn_config_problems),
-    "seq2seq": ("tinylm.models.seq2seq.Seq2Seq", seq2seq_config_problems),
-}
-CHECKS = dict(BUILT_IN.values())  # a built-in class's name -> the checks of its config
 
 __all__ = ["ARCHITECTURES", "BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build", "build_model",
            "config_class", "described", "model_class", "model_config", "model_config_problems", "model_spec"]

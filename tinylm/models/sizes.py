@@ -21,6 +21,8 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinylm.models.built_in import BUILT_IN, CHECKS
+
 FLOAT_BYTES = 4  # parameters are built as float32
 # what each tensor costs beyond its numbers (the tensor, its module's share, Python's objects): 20,000 GPT
 # blocks of 15 tiny tensors each took about 37 KB of memory per block beyond their numbers (CPython 3.11, torch 2.13)
@@ -166,8 +168,6 @@ SIZE_KEYS = {"gpt": ("n_embd", "num_layers", "block_size"), "lstm": ("n_embd", "
 def layout_of(cfg: dict) -> Layout | None:
     """The layout of a valid config (``model_config_problems`` says none) of a built-in architecture; None for
     a model class of the user's own (its own build is its check)."""
-    from tinylm.models import BUILT_IN, CHECKS
-
     target, arch = cfg.get("_target_"), cfg.get("arch", "gpt")
     if target is not None and (target not in CHECKS or BUILT_IN.get(arch, (None,))[0] != target):
         return None
