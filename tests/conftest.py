@@ -212,13 +212,14 @@ def _composed(name: str, overrides: tuple[str, ...]):
 
 
 def entry_point(script: str):
-    """``ROOT/<script>``'s module (generate.py, visualize.py, ...), to call its ``run(cfg)`` in-process."""
-    import importlib.util
+    """The module that ``ROOT/<script>`` (generate.py, visualize.py, ...) runs, ``tinylm.commands.<name>``, to call
+    its ``run(cfg)`` in-process; run folders under the checkout, as the script puts them."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py") + "_cli", ROOT / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tinylm.commands import use_project_root
+
+    use_project_root()
+    return importlib.import_module(f"tinylm.commands.{script.removesuffix('.py')}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ EXIT_BROKEN_PIPE = 141
 TRAIN_FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir", "paths.root_dir")
 TRAIN_PATH_KEYS = ("data.path", "ckpt_path", *TRAIN_FOLDER_KEYS)
 EXIT_INTERRUPTED = 130
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # the entry points' configs (config_path="conf")
 
 
 def _escape_interpolations(text: str) -> str:
@@ -166,20 +165,6 @@ def writing_into(out_dir: Path, what: str):
         where = f" ({e.filename})" if e.filename else ""
         raise TinyLMError(f"could not write {what} into {out_dir}: {e.strerror or e}{where}; pass out_dir=DIR, "
                           "a folder you can write to") from None
-
-
-def launch(main: Callable[[], None], config_name: str, text_keys: Iterable[str], path_keys: Iterable[str]) -> None:
-    """Run a ``@hydra.main`` entry point of ``conf/<config_name>.yaml`` with its free text and paths quoted for
-    Hydra, quiet on a closed pipe; an override Hydra cannot apply is one ``error:`` line (``tinylm.precheck``)."""
-    from tinylm.precheck import composed
-
-    sys.argv = quote_values(quote_values(sys.argv, text_keys, literal=True), path_keys)
-    try:
-        composed(config_name, sys.argv, CONF_DIR)
-    except TinyLMError as e:
-        raise SystemExit(f"error: {e}") from None
-    with quiet_broken_pipe():
-        main()
 
 
 def encode_text(tokenizer: Tokenizer, text: str, block_size: int) -> list[int]:

@@ -13,7 +13,6 @@ validation curve against wall time, its cost per step; means and standard deviat
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import statistics
@@ -24,14 +23,6 @@ from tinylm.runs.events_folder import events_folder
 EVALUATION = "evaluate.json"
 
 
-def evaluate_script(root: Path):
-    """``evaluate.py`` of the checkout, as a module (its ``run(cfg)`` is what the command runs)."""
-    spec = importlib.util.spec_from_file_location("tinylm_evaluate_script", root / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def evaluate_run(run_dir: Path, root: Path) -> dict:
     """``python evaluate.py ckpt_path=<run>/checkpoints/last.ckpt`` in this process: {"loss", "bpc", "tokens", ...}."""
     saved = run_dir / EVALUATION
@@ -39,10 +30,12 @@ def evaluate_run(run_dir: Path, root: Path) -> dict:
         return json.loads(saved.read_text())
     from hydra import compose, initialize_config_dir
 
+    from tinylm.commands import evaluate
+
     with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
         cfg = compose("evaluate", overrides=[f"ckpt_path='{run_dir / 'checkpoints' / 'last.ckpt'}'"])
     with contextlib.redirect_stdout(io.StringIO()):
-        result = evaluate_script(root).run(cfg)
+        result = evaluate.run(cfg)
     saved.write_text(json.dumps(result))
     return result
 

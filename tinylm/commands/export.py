@@ -1,0 +1,75 @@
+"""Export a trained checkpoint to one ONNX file that generates without PyTorch:
+
+    python export.py                                      # newest run's best checkpoint, .onnx next to it
+    python export.py ckpt_path=path/to/last.ckpt out=model.onnx
+    python export.py run_dir=outputs/runs/<time>
+    python generate.py ckpt_path=model.onnx prompt="我正在学习"   # ONNX Runtime and numpy only
+
+The file holds the weights, the model config and the tokenizer (as JSON metadata): nothing else is
+needed to sample from it. The graph is one decoding step with the keys and values of earlier
+positions in and out (tinylm/onnx/export.py). The file is checked with onnx.checker and its
+logits compared with PyTorch's before the command reports success. Each phase (loading, tracing,
+checking) is one line on stderr as it starts; the result goes to stdout. See conf/export.yaml.
+"""
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from tinylm.cli import checkpoint_from_config, run_command
+from tinylm.commands import CONF_DIR, launch
+from tinylm.console import checkpoint_name, shown_path
+from tinylm.errors import TinyLMError
+from tinylm.tasks import get_task
+
+PATH_KEYS = ("ckpt_path", "run_dir", "out", "paths.log_dir")
+
+
+def output_path(cfg: DictConfig) -> Path | None:
+    """``out`` as an absolute path (None: next to the checkpoint), refused in one line if unusable."""
+    if cfg.ckpt_path and str(cfg.ckpt_path).lower().endswith(".onnx"):
+        raise TinyLMError(f"ckpt_path={cfg.ckpt_path} is an ONNX file already: pass the .ckpt checkpoint "
+                          "it was exported from")
+    if not cfg.out:
+        return None
+    out = Path(hydra.utils.to_absolute_path(str(cfg.out)))
+    if out.suffix.lower() != ".onnx":
+        raise TinyLMError(f"out={cfg.out} must end in .onnx: generate.py reads a file as ONNX by that name")
+    if out.is_dir():
+        raise TinyLMError(f"out={cfg.out} is a directory: name the file to write, e.g. out={cfg.out}/model.onnx")
+    return out
+
+
+def progress(line: str) -> None:
+    print(f"export: {line}", file=sys.stderr, flush=True)
+
+
+def run(cfg: DictConfig) -> Path:
+    out = output_path(cfg)  # a bad out= is refused before torch is imported
+    path, why = checkpoint_from_config(cfg)
+    progress(f"loading {checkpoint_name(path, why)}")
+    from tinylm.checkpoint import load_model
+    from tinylm.onnx.export import export_onnx, require_export_packages
+
+    require_export_packages()
+    loaded = load_model(path, why)
+    problem = get_task(loaded.task).export_problem  # an ONNX file continues text: it carries no task
+    if problem is not None:
+        raise TinyLMError(f"{checkpoint_name(path, why)} {problem}")
+    out = export_onnx(loaded.model, loaded.tokenizer, out or path.with_suffix(".onnx"), loaded.global_step, progress)
+    name = checkpoint_name(path, why, f"step {loaded.global_step}", f"{loaded.model.num_params():,} parameters")
+    print(f"exported {name} to {shown_path(out)} ({out.stat().st_size / 2**20:.1f} MiB): checked with onnx.checker "
+          "and ONNX Runtime")
+    print(f"sample from it without PyTorch: python generate.py ckpt_path={shown_path(out)}")
+    return out
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
+def main(cfg: DictConfig) -> None:
+    run_command(run, cfg)
+
+
+def run_command_line() -> None:
+    launch(main, "export", (), PATH_KEYS)
