@@ -81,8 +81,8 @@ def projected(repeats: int) -> float:
     from tinylm.analysis.callback import HeadScores, add_scalars, scalar_tags
     from tinylm.analysis.figures import head_grid
     from tinylm.analysis.heads import SCORES, attention_scores
+    from tinylm.callbacks.attention import add_rgb_image
     from tinylm.plots.figures import render_rgb
-    from tinylm.tasks.text.attention import add_rgb_image
 
     cfg = bench_train.CONFIGS["reference"]  # the default run's model and batch
     callback, steps = HeadScores(), 1000

@@ -14,8 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 from torch.utils.tensorboard import SummaryWriter
 
+from tinylm.callbacks.attention import WEIGHTS_TAG
 from tinylm.errors import TinyLMError
-from tinylm.tasks.text.attention import WEIGHTS_TAG, AttentionMaps
+from tinylm.tasks.text.attention import AttentionMaps
 
 
 def maps(step: int) -> list[torch.Tensor]:

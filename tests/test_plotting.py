@@ -376,7 +376,7 @@ def test_importing_the_plotting_functions_loads_neither_matplotlib_nor_the_font(
 
 
 def test_the_callbacks_png_holds_the_rendered_pixels():
-    from tinylm.tasks.text.attention import png
+    from tinylm.callbacks.attention import png
 
     fig = plotting.attention_figure(causal_weights(4, 9), list(PROBE), layer=0, note="step 1")
     image = plotting.render_rgb(fig)

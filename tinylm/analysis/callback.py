@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from tinylm.analysis.figures import head_grid
 from tinylm.analysis.heads import SCORES, attention_scores, induction_length
+from tinylm.callbacks.attention import AttentionInspector, add_rgb_image
 from tinylm.callbacks.inspector import (
     log,
     tensorboard_writer,
@@ -31,7 +32,6 @@ from tinylm.callbacks.inspector import (
 )
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import render_rgb
-from tinylm.tasks.text.attention import AttentionInspector, add_rgb_image
 from tinylm.tokenizer import tokenizer_from_state
 
 

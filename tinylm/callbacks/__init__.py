@@ -6,6 +6,7 @@
   plotting problem never stops a training run.
 - ``EmbeddingProjector``: the token embedding matrix with character labels (Projector tab).
 - ``ShapeTrace``: prints every stage of one forward pass with its tensor shape (``debug=shapes``).
+- ``attention``: what every task's attention views share (``AttentionInspector``, ``add_rgb_image``).
 
 The text task's views (samples, attention maps, next-token probes) are in ``tinylm.tasks.text``,
 the translation task's (translations, cross-attention maps) in ``tinylm.tasks.translation``.

@@ -2,7 +2,7 @@
 itself loaded from the run's event files; with ``--load_fast`` its Rust data server):
 
 - the probe's raw attention weights the ``AttentionMaps`` callback logs next to its images
-  (``tinylm.tasks.text.attention.WEIGHTS_TAG``, plugin "tinylm", float16 (layers, heads, T, T), the probe's
+  (``tinylm.callbacks.attention.WEIGHTS_TAG``, plugin "tinylm", float16 (layers, heads, T, T), the probe's
   tokens as JSON in the summary's metadata): ``training``;
 - the ``HeadScores`` callback's scalars, ``probe_heads_layer<L>/<score>_head<H>``: ``heads``;
 - the probe those weights were drawn on (``logged_probe``), a translation run's first validation source
@@ -23,8 +23,8 @@ from tensorboard.data import provider
 
 from tinylm.analysis.callback import SCALAR_TAG
 from tinylm.analysis.heads import SCORES
+from tinylm.callbacks.attention import WEIGHTS_TAG
 from tinylm.explorer.runs import RunFolder
-from tinylm.tasks.text.attention import WEIGHTS_TAG
 
 PLUGIN = "tinylm"
 TRANSLATIONS_TAG = "translations/text_summary"  # TranslationSamples' lines, as SummaryWriter.add_text names them

@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
+from tinylm.callbacks.attention import AttentionInspector, add_rgb_image, record_in_run_folder
 from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer
 from tinylm.errors import TinyLMError
 from tinylm.models.seq2seq import BEGIN_ID
 from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
-from tinylm.tasks.text.attention import AttentionInspector, add_rgb_image, record_in_run_folder
 from tinylm.tasks.translation.batches import pad
 from tinylm.tasks.translation.decoding import continue_sources, translate
 from tinylm.tasks.translation.figures import translation_figures
