@@ -126,7 +126,7 @@ def parse_heads(values, model: nn.Module) -> list[Head]:
     """``ablate=[0.2,1.3]``'s heads, "layer.head" each (a number or a string; head 10 and up: quote it,
     '1.10'), checked against ``model``; one TinyLMError naming the first bad one."""
     from tinylm.errors import TinyLMError
-    from tinylm.numbers import layer_and_head
+    from tinylm.values import layer_and_head
 
     kind, attentions = switchable(model)
     heads = []

@@ -19,7 +19,7 @@ from tensorboard.backend import http_util
 from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
-from tinylm.numbers import whole_number
+from tinylm.values import one_line, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,6 @@ HEAD = re.compile(r"\d+\.\d+")
 
 class BadParameter(TinyLMError):
     """A request the routes refuse with 400."""
-
-
-def one_line(message: str) -> str:
-    return " ".join(str(message).split())
 
 
 def answer(request, data: dict, code: int = 200):

@@ -35,11 +35,12 @@ from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
 from tinylm.explorer import events, views
-from tinylm.explorer.http import ablate_of, answer, json_route, k_of, one_line, parameter, text_of
+from tinylm.explorer.http import ablate_of, answer, json_route, k_of, parameter, text_of
 from tinylm.explorer.models import Models
 from tinylm.explorer.run_text import run_text
 from tinylm.explorer.runs import NoCheckpoint, Runs
 from tinylm.textfile import read_capped_bytes
+from tinylm.values import one_line
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_STATIC_MIB = 16

@@ -18,9 +18,7 @@ their constructors take, a model class of the user's own), or the task: ``valida
 from __future__ import annotations
 
 import glob
-import math
 import typing
-from collections.abc import Callable
 from pathlib import Path
 
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
@@ -36,62 +34,28 @@ from tinylm.tasks.translation.numbers_zh import DEMOS
 from tinylm.textfile import encoding_problem, errors_problem, unwritable_folder
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS
 from tinylm.training.config_keys import MUON, unknown_keys
-
-Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ..."), or None
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def integer(low: int = 1, high: int | None = None) -> Rule:
-    if high is not None:
-        wanted = f"an integer in [{low}, {high}]"
-    else:
-        wanted = "a positive integer" if low == 1 else f"an integer >= {low}"
-    return lambda v: None if _is_int(v) and low <= v and (high is None or v <= high) else f"must be {wanted}"
-
-
-def number(low: float, high: float | None = None, brackets: str = "[]") -> Rule:
-    """A finite number >= low (> low with brackets "(.."), and <= high (< high with "..)")."""
-    if high is None:
-        wanted = "a positive number" if brackets[0] == "(" and low == 0 else f"a number >= {low:g}"
-    else:
-        wanted = f"a number in {brackets[0]}{low:g}, {high:g}{brackets[1]}"
-
-    def check(v):
-        inside = _is_number(v) and (v > low if brackets[0] == "(" else v >= low) and (
-            high is None or (v < high if brackets[1] == ")" else v <= high))
-        return None if inside else f"must be {wanted}"
-    return check
-
-
-def one_of(*options) -> Rule:
-    """Exactly one of ``options``: 1 is not true, and 16.0 is not 16."""
-    names = ", ".join(str(o).lower() if isinstance(o, bool) else str(o) for o in options)
-    return lambda v: None if any(type(v) is type(o) and v == o for o in options) else f"must be one of {names}"
-
-
-def nullable(rule: Rule) -> Rule:
-    return lambda v: None if v is None or rule(v) is None else f"{rule(v)} or null"
-
-
-def text(what: str) -> Rule:
-    return lambda v: None if isinstance(v, str) and v else f"must be {what}"
+from tinylm.values import (
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    Rule,
+    integer,
+    is_int,
+    is_number,
+    nullable,
+    number,
+    one_of,
+    text,
+)
 
 
 def batches(v) -> str | None:
     """Lightning's batch limits: a count of batches or a fraction of them."""
-    ok = _is_int(v) and v >= 0 or _is_number(v) and 0 <= v <= 1
+    ok = is_int(v) and v >= 0 or is_number(v) and 0 <= v <= 1
     return None if ok else "must be a number of batches (an integer >= 0) or a fraction in [0, 1]"
 
 
 def betas(v) -> str | None:
-    ok = isinstance(v, ListConfig | list) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+    ok = isinstance(v, ListConfig | list) and len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v)
     return None if ok else "must be two numbers in [0, 1), e.g. [0.9, 0.99]"
 
 
@@ -123,7 +87,7 @@ def strategy(v) -> str | None:
 
 
 def file_name(v) -> str | None:
-    return None if isinstance(v, str) or _is_int(v) else "must be a file path"
+    return None if isinstance(v, str) or is_int(v) else "must be a file path"
 
 
 def at_validation(v) -> str | None:
@@ -139,17 +103,17 @@ def precision(v) -> str | None:
 
 RULES: dict[str, Rule] = {
     "seed": integer(0, 2**32 - 1),  # what numpy's seed accepts
-    "threads": nullable(integer()),
+    "threads": nullable(POSITIVE_INT),
     "compile": one_of(True, False),
     "ckpt_path": nullable(file_name),
     "data.path": nullable(file_name),
     "data.tokenizer": one_of(*TOKENIZERS),
-    "data.bpe_vocab_size": integer(),  # >= MIN_BPE_VOCAB when used: see config_problems
-    "data.batch_size": integer(),
+    "data.bpe_vocab_size": POSITIVE_INT,  # >= MIN_BPE_VOCAB when used: see config_problems
+    "data.batch_size": POSITIVE_INT,
     "data.val_fraction": number(0, 1, "()"),
-    "data.val_batches": integer(),
-    "data.repeat": integer(),
-    "data.max_mib": number(0, brackets="(]"),
+    "data.val_batches": POSITIVE_INT,
+    "data.repeat": POSITIVE_INT,
+    "data.max_mib": POSITIVE_NUMBER,
     "data.encoding": encoding_problem,
     "data.errors": errors_problem,
     "data.cache_dir": nullable(text("a folder path")),  # and writable: see cache_dir_problem
@@ -158,26 +122,26 @@ RULES: dict[str, Rule] = {
     "data.demo": one_of(*DEMOS),  # data=pairs without a path: the generated pairs
     "data.demo_pairs": integer(2),
     "data.demo_max": integer(2, 99_999),
-    "optim.lr": number(0, brackets="(]"),
+    "optim.lr": POSITIVE_NUMBER,
     "optim.weight_decay": number(0),
     "optim.betas": betas,
     "optim.warmup_steps": integer(0),
     "optim.decay_steps": integer(0),
     "optim.min_lr_ratio": number(0, 1),
     "optim.decay": one_of("cosine", "linear"),  # tinylm.training.module.DECAYS
-    "optim.muon_lr": number(0, brackets="(]"),  # optim=muon (tinylm.training.muon)
+    "optim.muon_lr": POSITIVE_NUMBER,  # optim=muon (tinylm.training.muon)
     "optim.momentum": number(0, 1, "[)"),
-    "optim.ns_steps": integer(),
+    "optim.ns_steps": POSITIVE_INT,
     "optim.ns_dtype": one_of("float32", "bfloat16"),
     "trainer.accelerator": accelerator,
-    "trainer.num_nodes": integer(),
+    "trainer.num_nodes": POSITIVE_INT,
     "trainer.strategy": strategy,
     "trainer.precision": precision,
-    "trainer.max_steps": integer(),
-    "trainer.val_check_interval": integer(),  # steps: the training stream has no epochs
-    "trainer.check_val_every_n_epoch": nullable(integer()),
+    "trainer.max_steps": POSITIVE_INT,
+    "trainer.val_check_interval": POSITIVE_INT,  # steps: the training stream has no epochs
+    "trainer.check_val_every_n_epoch": nullable(POSITIVE_INT),
     "trainer.num_sanity_val_steps": integer(-1),
-    "trainer.log_every_n_steps": integer(),
+    "trainer.log_every_n_steps": POSITIVE_INT,
     "trainer.gradient_clip_val": nullable(number(0)),
     "trainer.gradient_clip_algorithm": nullable(one_of("norm", "value")),
     "trainer.enable_progress_bar": one_of(True, False),
@@ -190,7 +154,7 @@ RULES: dict[str, Rule] = {
     "trainer.limit_val_batches": batches,
     # EarlyStopping's arguments train.py takes; early stopping is off while patience is null
     "callbacks.early_stopping.monitor": one_of("loss/val", "loss/val_bpc"),
-    "callbacks.early_stopping.patience": nullable(integer()),
+    "callbacks.early_stopping.patience": nullable(POSITIVE_INT),
     "callbacks.early_stopping.min_delta": number(0),
     "callbacks.early_stopping.check_on_train_epoch_end": at_validation,
 }
@@ -203,12 +167,12 @@ def devices_problem(trainer: DictConfig) -> str | None:
 
     devices, name = trainer.get("devices"), trainer.get("accelerator")
     gpus = name in ("gpu", "cuda", "auto") and torch.cuda.is_available()
-    if _is_int(devices) and devices > 0 or devices == "auto":
-        if gpus and _is_int(devices) and devices > torch.cuda.device_count():
+    if is_int(devices) and devices > 0 or devices == "auto":
+        if gpus and is_int(devices) and devices > torch.cuda.device_count():
             return (f"trainer.devices={devices} but this machine has {torch.cuda.device_count()} CUDA device(s): "
                     f"use trainer.devices={torch.cuda.device_count()} or fewer")
         return None
-    listed = isinstance(devices, ListConfig) and len(devices) > 0 and all(_is_int(d) and d >= 0 for d in devices)
+    listed = isinstance(devices, ListConfig) and len(devices) > 0 and all(is_int(d) and d >= 0 for d in devices)
     if name != "cpu" and (devices == -1 or listed):
         return None
     return f"trainer.devices={devices!r} must be a positive integer or auto (GPUs: also -1 for all, or [0, 1, ...])"
@@ -231,7 +195,7 @@ def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
         if value is not missing and key not in unknown and (problem := rule(value)):
             problems.append(f"{key}={value!r} {problem}")
     data = cfg.data
-    if data.get("tokenizer") == "bpe" and _is_int(data.bpe_vocab_size) and data.bpe_vocab_size < MIN_BPE_VOCAB:
+    if data.get("tokenizer") == "bpe" and is_int(data.bpe_vocab_size) and data.bpe_vocab_size < MIN_BPE_VOCAB:
         problems.append(
             f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
             "(BPE starts from the 256 byte values), e.g. 512"
