@@ -32,7 +32,7 @@ from torch.nn import functional as F
 
 from tinylm.models.base import Decoder, ModelConfig
 from tinylm.models.gpt_checks import gpt_config_problems
-from tinylm.models.kvcache import KVCache
+from tinylm.models.kvcache import KVCache, KVCaches
 from tinylm.models.ops import Dropout
 from tinylm.models.positions import RotaryPositions, position_embedding
 from tinylm.models.tracing import trace, tracing
@@ -68,7 +68,7 @@ class GPTConfig(ModelConfig):
 
 
 # --------------------------------------------------------------------------------------------
-# Attention (its KV cache, the keys and values of past positions, is in tinylm.models.kvcache)
+# Attention (each causal one owns its KV cache, the keys and values of past positions: tinylm.models.kvcache)
 
 
 class Attention(nn.Module):
@@ -140,14 +140,16 @@ class CausalSelfAttention(Attention):
         # the same mask as a bias added to the scores: 0 where visible, -inf where not
         bias = torch.zeros(block_size, block_size).masked_fill(~mask, float("-inf"))
         self.register_buffer("causal_bias", bias, persistent=False)  # (block, block)
+        self.kv_cache: KVCache | None = None  # the past positions' keys/values while decoding (KVCaches)
 
-    def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
+    def forward(self, x, use_cache: bool = False, need_weights: bool = False):
         T = x.size(1)
+        cache = self.kv_cache if use_cache else None
         start = cache.length if cache is not None else 0
         q, k, v = self.query_key_value(x, start)
 
         if cache is not None:  # append this step's keys/values, attend over everything stored
-            k, v = cache.append(layer, k, v)  # (B, h, start+T, hs) each
+            k, v = cache.append(k, v)  # (B, h, start+T, hs) each
         # query i (absolute position start+i) may see keys 0 .. start+i
         mask = self.causal_mask[start : start + T, : start + T]  # (T, start+T)
 
@@ -205,8 +207,8 @@ class Block(nn.Module):
         self.ln2 = NORMS[c.norm](c.n_embd)
         self.ffwd = FeedForward(c.n_embd, c.dropout, squared=c.activation == "relu2")
 
-    def forward(self, x, cache: KVCache | None = None, layer: int = 0, need_weights: bool = False):
-        a, weights = self.attn(self.ln1(x), cache, layer, need_weights)
+    def forward(self, x, use_cache: bool = False, need_weights: bool = False):
+        a, weights = self.attn(self.ln1(x), use_cache, need_weights)
         x = x + a  # (B, T, C)
         x = x + self.ffwd(self.ln2(x))  # (B, T, C)
         trace("block output", x)
@@ -242,7 +244,7 @@ class GPT(Decoder):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def blocks_output(self, idx, cache: KVCache | None = None, need_weights: bool = False):
+    def blocks_output(self, idx, cache: KVCaches | None = None, need_weights: bool = False):
         """idx (B, T) -> the last block's output (B, T, C), and per layer the attention weights
         (B, h, T, T') if ``need_weights`` (else None): embeddings, then every block."""
         T = idx.size(1)
@@ -260,11 +262,9 @@ class GPT(Decoder):
         trace("token + position", x)
 
         attention = []
-        for layer, block in enumerate(self.blocks):
-            x, weights = block(x, cache, layer, need_weights)
+        for block in self.blocks:
+            x, weights = block(x, cache is not None, need_weights)  # each attention appends to its own cache
             attention.append(weights)
-        if cache is not None:
-            cache.length += T
         return x, attention
 
     def head(self, x):
@@ -278,7 +278,7 @@ class GPT(Decoder):
         trace("logits", logits)
         return logits
 
-    def forward(self, idx, targets=None, cache: KVCache | None = None, last_only=False):
+    def forward(self, idx, targets=None, cache: KVCaches | None = None, last_only=False):
         """idx (B, T) -> (logits (B, T, V), loss or None).
 
         ``cache``: decode incrementally; ``idx`` holds only the new positions.
@@ -314,16 +314,15 @@ class GPT(Decoder):
             rows.append((name, sum(p.numel() for p in params)))
         return rows
 
-    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
-        c = self.config
-        return KVCache.empty(c.num_layers, batch_size, c.num_heads, c.head_size, device, dtype)
+    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCaches:
+        return KVCaches.empty([block.attn for block in self.blocks], batch_size, device, dtype)
 
     def step(self, idx, past_keys, past_values):
+        cache = KVCaches([block.attn for block in self.blocks], past_keys, past_values)
         # need_weights: the explicit attention, the same ops for any P and T (SDPA branches on them)
-        cache = KVCache(past_keys, past_values)
         x, _ = self.blocks_output(idx, cache, need_weights=True)  # (B, T, C)
         logits = self.head(x)  # (B, T, V)
-        return logits, torch.stack(cache.keys), torch.stack(cache.values)  # (L, B, h, P+T, hs) each
+        return (logits, *cache.release())  # keys and values (L, B, h, P+T, hs) each
 
     def past_shape(self, batch_size: int, length: int) -> tuple[int, ...]:
         c = self.config

@@ -27,7 +27,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from tinylm.models.base import EncoderDecoder, ModelConfig
-from tinylm.models.gpt import GPT, Attention, CausalSelfAttention, FeedForward, KVCache
+from tinylm.models.gpt import GPT, Attention, CausalSelfAttention, FeedForward
+from tinylm.models.kvcache import KVCaches
 from tinylm.models.ops import Dropout
 from tinylm.models.positions import position_embedding
 from tinylm.models.seq2seq_checks import seq2seq_config_problems
@@ -144,10 +145,11 @@ class DecoderBlock(nn.Module):
         self.ln3 = nn.LayerNorm(c.n_embd)
         self.ffwd = FeedForward(c.n_embd, c.dropout)
 
-    def forward(self, x, memory: Memory, cache: KVCache | None, layer: int):
-        a, self_weights = self.self_attn(self.ln1(x), cache, layer, need_weights=True)
+    def forward(self, x, memory_kv, pad_bias, use_cache: bool = False):
+        """x (B, T, C); memory_kv: this block's k, v of the source (B, h, S, hs); pad_bias (B*h, 1, S)."""
+        a, self_weights = self.self_attn(self.ln1(x), use_cache, need_weights=True)
         x = x + a  # (B, T, C)
-        a, cross_weights = self.cross_attn(self.ln2(x), memory.keys_values[layer], memory.pad_bias)
+        a, cross_weights = self.cross_attn(self.ln2(x), memory_kv, pad_bias)
         x = x + a  # (B, T, C)
         x = x + self.ffwd(self.ln3(x))  # (B, T, C)
         trace("block output", x)
@@ -197,7 +199,7 @@ class Seq2Seq(EncoderDecoder):
         keys_values = [block.cross_attn.memory_keys_values(memory) for block in self.decoder]
         return Memory(keys_values, pad_bias, attention)
 
-    def decode(self, tgt: torch.Tensor, memory: Memory, cache: KVCache | None = None, last_only: bool = False):
+    def decode(self, tgt: torch.Tensor, memory: Memory, cache: KVCaches | None = None, last_only: bool = False):
         """Target ids (B, T) -> logits (B, T, V), and per decoder layer the self- and cross-attention weights.
 
         ``cache``: decode incrementally, ``tgt`` holding only the new positions. ``last_only``: the
@@ -206,12 +208,10 @@ class Seq2Seq(EncoderDecoder):
         start = cache.length if cache is not None else 0
         x = self.embed(tgt, start)  # (B, T, C)
         self_attention, cross_attention = [], []
-        for layer, block in enumerate(self.decoder):
-            x, self_weights, cross_weights = block(x, memory, cache, layer)
+        for block, memory_kv in zip(self.decoder, memory.keys_values, strict=True):
+            x, self_weights, cross_weights = block(x, memory_kv, memory.pad_bias, cache is not None)
             self_attention.append(self_weights)
             cross_attention.append(cross_weights)
-        if cache is not None:
-            cache.length += tgt.size(1)
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         return self.head(x), self_attention, cross_attention  # logits (B, T, V)
@@ -231,9 +231,9 @@ class Seq2Seq(EncoderDecoder):
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)  # (B*T, V), (B*T,)
         return logits, loss
 
-    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCache:
-        c = self.config  # the decoder's self-attention keys and values
-        return KVCache.empty(c.decoder_layers, batch_size, c.num_heads, c.head_size, device, dtype)
+    def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCaches:
+        """Each decoder self-attention's KV cache (the source's keys and values are in ``Memory``)."""
+        return KVCaches.empty([block.self_attn for block in self.decoder], batch_size, device, dtype)
 
     def translation_maps(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention weights."""

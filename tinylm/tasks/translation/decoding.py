@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from functools import partial
 
 import torch
 from torch.nn import functional as F
@@ -78,12 +77,6 @@ def translate(model: LanguageModel, src: torch.Tensor, temperature: float = 0.0,
     return [cut(row[1:]) for row in seq.tolist()]
 
 
-def keep_rows(cache, rows: torch.Tensor) -> None:
-    """Keep (and reorder) the cached keys and values of the hypotheses ``rows`` (K',) of the beam."""
-    cache.keys = [k[rows] for k in cache.keys]  # L x (K', h, P, hs)
-    cache.values = [v[rows] for v in cache.values]
-
-
 def expand_memory(memory: Memory, k: int) -> Memory:
     """One encoded source shared by ``k`` hypotheses: batch 1 -> k, without encoding it again."""
     keys_values = [(key.expand(k, -1, -1, -1), value.expand(k, -1, -1, -1)) for key, value in memory.keys_values]
@@ -109,7 +102,7 @@ def beam_search(model: LanguageModel, src: torch.Tensor, beam_size: int, use_cac
             def next_logits(seq: torch.Tensor) -> torch.Tensor:  # (K, L) -> (K, V)
                 return _next_logits(model, seq, expand_memory(memory, seq.size(0)), cache)
 
-            reorder, limit = None if cache is None else partial(keep_rows, cache), model.config.block_size
+            reorder, limit = None if cache is None else cache.keep_rows, model.config.block_size
         else:
             def next_logits(seq: torch.Tensor) -> torch.Tensor:  # (K, L) -> (K, V): source + BEGIN + hypothesis
                 return model(torch.cat([src.expand(seq.size(0), -1), seq], dim=1), last_only=True)[0][:, -1]
