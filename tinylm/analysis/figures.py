@@ -1,8 +1,7 @@
-"""The experiments' figures: a grid of coloured cells with a value or a character in each.
-
-- the logit lens: blocks × positions, the top-1 character in each cell, coloured by its probability;
-- a layer × head grid per head score (previous-token, induction, entropy), and the ablation grid;
-- activation patching: blocks × positions for the residual stream, layer × head for the heads.
+"""The experiments' figures: a grid of coloured cells with a value or a character in each
+(``grid_figure``), and the layer × head grid of one head score (``head_grid``), which the
+``HeadScores`` callback draws too. The logit lens and activation patching draw theirs in their own
+modules (``tinylm.analysis.experiments``).
 
 Drawn like the attention heatmaps (``tinylm.plots``): plain matplotlib figures on the Agg canvas,
 the CJK font, sizes in ems of the labels' font (``tinylm.plots.layout``), one axes over the page.
@@ -111,21 +110,9 @@ def grid_figure(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], ti
     return fig
 
 
-def _positions(tokens: Sequence[str]) -> list[str]:
+def positions(tokens: Sequence[str]) -> list[str]:
+    """Column labels for a text's positions: each token (shown visibly) over its index."""
     return [f"{visible(t) or '?'}\n{i}" for i, t in enumerate(tokens)]
-
-
-def lens_figure(lens: dict, note: str = "") -> Figure:
-    """The logit lens: a row per block, a column per position; each cell the top-1 prediction of
-    the next token read after that block, coloured by its probability."""
-    layers = lens["layers"]
-    probs = np.array([layer["prob"] for layer in layers])  # (L, T)
-    text = [[visible(t) or "?" for t in layer["top1"]] for layer in layers]
-    rows = [f"after block {layer['layer']}  loss {layer['loss']:.2f}" for layer in layers]
-    return grid_figure(probs, rows, _positions(lens["tokens"]),
-                       ["Logit lens: the next token predicted after each block", *([note] if note else [])],
-                       ("position (the token read last)", "block"), "probability of the top-1 token", 0.0, 1.0,
-                       cell_text=text)
 
 
 def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None = None, numbers: bool = True,
@@ -149,17 +136,3 @@ def head_grid(rows: list[dict], score: str, note: str = "", vmax: float | None =
                        [SCORE_TITLES.get(score, score), *([note] if note else [])], ("head", "layer"),
                        SCORE_TITLES.get(score, score).split(":")[0], vmin, vmax, cmap=cmap,
                        cell_text=text if numbers else None, reuse=reuse)
-
-
-def patching_figures(patch: dict, tokens: Sequence[str], answer: str, note: str = "") -> list[tuple[str, Figure]]:
-    """The residual stream (blocks × positions) and the heads (layer × head): the share of the clean
-    answer's logit each patch restores."""
-    values = np.array([[np.nan if v is None else v for v in row] for row in patch["residual"]])  # (L, T)
-    text = [["–" if math.isnan(v) else f"{v:.1f}" for v in row] for row in values]
-    title = [f"Activation patching: clean → corrupt, answer {visible(answer)!r}", *([note] if note else [])]
-    residual = grid_figure(values, [f"after block {i}" for i in range(len(values))], _positions(tokens), title,
-                           ("position patched", "residual stream"), "share of the clean logit restored",
-                           min(0.0, float(np.nanmin(values, initial=0))), max(1.0, float(np.nanmax(values, initial=1))),
-                           cell_text=text)
-    heads = head_grid(patch["heads"], "restored", note=note)
-    return [("patching_residual", residual), ("patching_heads", heads)]

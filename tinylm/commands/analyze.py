@@ -14,6 +14,9 @@ Writes into ``out_dir`` (default: ``<run folder>/analysis/``) and prints a short
   activation from the clean run into the corrupt one restores (``tinylm.analysis.patching``);
 - a figure of each, and ``REPORT.md`` saying how to read them.
 
+Each is one registered analysis (``tinylm/analysis/experiments/``, ``tinylm.analysis.registry``): analyze
+runs every one that applies to the checkpoint and the options, and REPORT.md lists them.
+
 An encoder-decoder (``model=seq2seq``): ``text`` holds source lines (``\n`` between them) and
 ``target`` their references (null: the model's own translations); heads.json scores its
 cross-attention heads, switched off on the loss and on exact match, and the logit lens reads the
@@ -75,7 +78,8 @@ def run(cfg: DictConfig) -> dict:
     check_out_dir(out_dir)  # torch is imported once there is a checkpoint to load and a folder to write into
     import torch
 
-    from tinylm.analysis import experiments
+    from tinylm.analysis import runner
+    from tinylm.analysis.experiments import registered
     from tinylm.checkpoint import load_model
 
     check_ablation(cfg.ablation)
@@ -83,10 +87,10 @@ def run(cfg: DictConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     loaded = load_model(path, why)
     require_heads(loaded)
-    inputs = experiments.check_inputs(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
+    subject = runner.subject(loaded, cfg)  # a decoder's text, an encoder-decoder's source lines
     out_dir.mkdir(parents=True, exist_ok=True)
     with writing_into(out_dir, "the results"):
-        result = experiments.analyze(loaded, inputs, out_dir, cfg)
+        result = runner.analyze(subject, registered(), out_dir)
     print(result["printed"])
     return result
 
