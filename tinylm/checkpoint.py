@@ -20,7 +20,6 @@ import re
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -31,6 +30,7 @@ from tinylm.models.sizes import weights_problem
 from tinylm.runs.folder import HYDRA_DIR, read_record
 from tinylm.runs.partials import remove_stale_partials
 from tinylm.tasks import task_of_checkpoint
+from tinylm.tasks.base import LoadedModel
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 if TYPE_CHECKING:  # choosing a checkpoint imports no torch: a command with no run to load answers at once
@@ -242,22 +242,6 @@ def vocabulary_origin(path: Path) -> str:
     path = Path(path)
     data = trained_on(path.parent.parent) if path.parent.name == "checkpoints" else ""
     return f"checkpoint {shown_path(path)}" + (f" (trained on {data})" if data else "")
-
-
-@dataclass
-class LoadedModel:
-    model: LanguageModel  # in eval mode, on the CPU
-    tokenizer: Tokenizer
-    path: Path
-    global_step: int | None
-    task: str = "text"  # what it was trained for (tinylm.tasks): what the commands do with it
-    why: str = ""  # why this checkpoint (Chosen.why), for the line that names it
-
-    def require_attention(self) -> None:
-        """One TinyLMError if the model has no attention to draw (the LSTM/GRU baseline)."""
-        if not self.model.has_attention:
-            raise TinyLMError(f"checkpoint {self.path} holds an {self.model.config.arch} model, which has no "
-                              "attention to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
 
 
 @contextmanager

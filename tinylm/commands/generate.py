@@ -84,7 +84,7 @@ def onnx_sampler(cfg: DictConfig, seed: int) -> Sampler:
 
 
 def load_checkpoint(cfg: DictConfig):
-    """The checkpoint's model and tokenizer on PyTorch (``tinylm.checkpoint.LoadedModel``); torch is imported
+    """The checkpoint's model and tokenizer on PyTorch (``tinylm.tasks.base.LoadedModel``); torch is imported
     once there is a checkpoint to load."""
     chosen = checkpoint_from_config(cfg)  # the file, and why it (for the line naming it)
     import torch

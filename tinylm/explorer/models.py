@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from tinylm.analysis.hooks import switchable
-from tinylm.checkpoint import LoadedModel, load_model
+from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.explorer.runfiles import checkpoint_stamp
 from tinylm.explorer.runs import RunFolder
+from tinylm.tasks.base import LoadedModel
 
 KEPT = 4
 TRIES = 3  # looks for a run's checkpoint when the one found vanishes while being read

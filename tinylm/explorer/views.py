@@ -1,6 +1,6 @@
 """One text through a run's model: the numbers each route answers with, as plain JSON-ready dicts.
 
-Each works on a ``tinylm.checkpoint.LoadedModel`` through the models' shared interface, with the
+Each works on a ``tinylm.tasks.base.LoadedModel`` through the models' shared interface, with the
 project's own code: the attention maps the ``AttentionMaps`` callback draws
 (``tinylm.plots.figures.attention_weights``), heads switched off as ``generate.py ablate=`` and
 ``analyze.py`` do (``tinylm.analysis.hooks``), the logit lens of ``analyze.py``
@@ -19,10 +19,10 @@ from torch.nn import functional as F
 from tinylm.analysis.hooks import heads_switched_off
 from tinylm.analysis.lens import logit_lens, pieces
 from tinylm.analysis.probe import Probe
-from tinylm.checkpoint import LoadedModel
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import attention_weights
 from tinylm.tasks import is_encoder_decoder
+from tinylm.tasks.base import LoadedModel
 from tinylm.tasks.translation.decoding import encode_source, longest_source, translation_with_cross_attention
 
 DIGITS = 6  # probabilities and attention weights are rounded to this many decimals

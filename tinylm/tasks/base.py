@@ -2,20 +2,51 @@
 
 A task subclasses it in its package (``tinylm/tasks/<name>/task.py``) and is listed in
 ``tinylm.tasks.TASKS``. The class attributes say what it is; the methods do what differs between
-tasks, each called with what its caller has at hand (a composed config, a model, a checkpoint
-loaded by ``tinylm.checkpoint.load_model``).
+tasks, each called with what its caller has at hand (a composed config, a model, a ``LoadedModel``: a
+checkpoint loaded by ``tinylm.checkpoint.load_model``). ``bits_per_char`` is how every task and the training
+job turn a loss into bits per character.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tinylm.errors import TinyLMError
+
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from matplotlib.figure import Figure
     from omegaconf import DictConfig
 
-    from tinylm.checkpoint import LoadedModel
+    from tinylm.models import LanguageModel
+    from tinylm.tokenizer import Tokenizer
+
+
+def bits_per_char(loss, chars_per_token: float):
+    """A loss in nats per token (a float or a tensor) as bits per character: ``loss / ln 2 / chars_per_token``."""
+    return loss / math.log(2) / chars_per_token
+
+
+@dataclass
+class LoadedModel:
+    """A checkpoint's model and tokenizer, what a task's commands act on."""
+
+    model: LanguageModel  # in eval mode, on the CPU
+    tokenizer: Tokenizer
+    path: Path
+    global_step: int | None
+    task: str = "text"  # what it was trained for (tinylm.tasks): what the commands do with it
+    why: str = ""  # why this checkpoint was chosen, for the line that names it
+
+    def require_attention(self) -> None:
+        """One TinyLMError if the model has no attention to draw (the LSTM/GRU baseline)."""
+        if not self.model.has_attention:
+            raise TinyLMError(f"checkpoint {self.path} holds an {self.model.config.arch} model, which has no "
+                              "attention to draw: pass a Transformer's checkpoint (ckpt_path=... or run_dir=...)")
 
 
 class Task:

@@ -34,6 +34,7 @@ from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
+from tinylm.tasks.base import bits_per_char
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
@@ -192,7 +193,7 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
 
     val_loss = trainer.callback_metrics.get("loss/val")
     val_loss = float(val_loss) if val_loss is not None else math.nan
-    val_bpc = val_loss / math.log(2) / datamodule.val_chars_per_token
+    val_bpc = bits_per_char(val_loss, datamodule.val_chars_per_token)
     steps = trainer.global_step - module.start_step
     stopping = trainer.early_stopping_callback
     metrics = {

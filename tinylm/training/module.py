@@ -28,8 +28,7 @@ import torch
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, model_config
 from tinylm.tasks import get_task
-
-LN2 = math.log(2)
+from tinylm.tasks.base import bits_per_char
 
 
 def score_tag(name: str) -> str:
@@ -138,7 +137,7 @@ class LitLanguageModel(L.LightningModule):
         loss = self.model.loss(batch)
         self._check_finite(loss, "validation")  # before a checkpoint could save broken weights
         self.log("loss/val", loss, prog_bar=True, sync_dist=True)
-        self.log("loss/val_bpc", loss / LN2 / self.chars_per_token, sync_dist=True)
+        self.log("loss/val_bpc", bits_per_char(loss, self.chars_per_token), sync_dist=True)
         counts = self.task.validation_counts(self.model, batch)  # summed over the batches, scored at the end
         if counts is not None:
             self._task_counts.append(counts)

@@ -10,7 +10,7 @@ from tinylm.console import Sampler, print_samples
 from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks import is_encoder_decoder
-from tinylm.tasks.base import Task
+from tinylm.tasks.base import Task, bits_per_char
 from tinylm.tokenizer import unknown_characters
 
 
@@ -45,7 +45,6 @@ class TextTask(Task):
         """Every position of the validation split (``split=val``) or of the whole text, in windows of
         block_size starting every ``stride`` tokens (``tinylm.tasks.text.evaluation``)."""
         from tinylm.tasks.text.evaluation import score_text
-        from tinylm.training.module import LN2
 
         block_size = loaded.model.config.block_size
         stride = max(block_size // 2, 1) if cfg.stride is None else cfg.stride
@@ -66,7 +65,7 @@ class TextTask(Task):
         loss, tokens = score_text(loaded.model, ids, stride, cfg.batch_size)
         chars_per_token = len(text) / len(ids)  # as training's val_chars_per_token
         line = f"{what}: {tokens:,} positions in windows of {block_size} tokens, stride {stride}"
-        return line, {"loss": loss, "bpc": loss / LN2 / chars_per_token, "tokens": tokens, "stride": stride,
+        return line, {"loss": loss, "bpc": bits_per_char(loss, chars_per_token), "tokens": tokens, "stride": stride,
                       "block_size": block_size, "chars_per_token": chars_per_token}
 
 

@@ -12,7 +12,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models.base import eval_no_grad
 from tinylm.models.seq2seq import PAD_ID
 from tinylm.tasks import is_encoder_decoder
-from tinylm.tasks.base import Task
+from tinylm.tasks.base import Task, bits_per_char
 from tinylm.tasks.translation.decoding import translate_lines, translation_scores
 from tinylm.tasks.translation.figures import translation_figures
 from tinylm.tasks.translation.symbols import IGNORE
@@ -66,8 +66,6 @@ class TranslationTask(Task):
     def evaluate(self, cfg, loaded, datamodule) -> tuple[str, dict]:
         """Loss, exact match and character error rate of greedy translations on every validation pair
         (``split=val``) or on every pair."""
-        from tinylm.training.module import LN2
-
         datamodule.prepare()
         if datamodule.tokenizer.state() != loaded.tokenizer.state():
             raise TinyLMError(f"the pairs of {datamodule.source_name} have other characters than the checkpoint's "
@@ -75,7 +73,7 @@ class TranslationTask(Task):
         examples = (datamodule.val_examples if cfg.split == "val"
                     else datamodule.train_examples + datamodule.val_examples)
         scores = score_pairs(loaded.model, examples, datamodule.collate, cfg.batch_size)
-        scores["bpc"] = scores["loss"] / LN2 / datamodule.val_chars_per_token
+        scores["bpc"] = bits_per_char(scores["loss"], datamodule.val_chars_per_token)
         what = "the validation pairs" if cfg.split == "val" else "all pairs"
         return f"{what} of {datamodule.source_name}: {scores['pairs']:,} pairs, greedy translations", scores
 
