@@ -1,4 +1,4 @@
-"""The ``tinylm`` TensorBoard plugin: a tab that looks inside the runs of the logdir (issue 27).
+"""The ``tinylm`` TensorBoard plugin: a tab that looks inside the runs of the logdir.
 
 TensorBoard finds it through the ``tensorboard_plugins`` entry point (pyproject.toml). The backend
 serves JSON under ``/data/plugin/tinylm/`` (docs/inside.md lists the routes); the tab itself is the

@@ -5,7 +5,7 @@ subclass whose ``__init__`` takes ``config: <its ModelConfig dataclass>``; the o
 config's fields. ``build_model`` checks the class, builds the config dataclass (which refuses a bad
 value) and, once ``tinylm.models.sizes`` has found that it fits in memory, the model. A checkpoint's
 ``model_config`` (plain data, see ``model_config``) names its class by ``arch`` alone for the
-architectures below (``gpt`` when absent, as in release 0.1), so that older readers rebuild it too,
+architectures below (``gpt`` when absent), so that a reader that knows no ``_target_`` rebuilds it too,
 and by ``_target_`` for any other class: one in a tinylm module loads as it is, one elsewhere once
 the program has imported its module (a checkpoint never makes tinylm import a module of its
 choosing, nor call anything but a ``LanguageModel`` subclass).

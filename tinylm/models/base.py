@@ -30,8 +30,8 @@ class ModelConfig:
 
     vocab_size: int
     free_keys: ClassVar[tuple[str, ...]] = ("dropout",)  # settings that change no weight
-    # options added after a release: a checkpoint records one only when it is not at its default
-    # (``tinylm.models.model_config``), so a model without them saves the config it always did
+    # options a checkpoint records only when not at their default (``tinylm.models.model_config``): a model
+    # that leaves them at their defaults saves the same config whether or not a reader knows them
     option_keys: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):

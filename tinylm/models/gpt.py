@@ -55,7 +55,7 @@ class GPTConfig(ModelConfig):
     tied_head: bool = False  # lm_head.weight is token_embedding.weight
     # the same weights train with either attention; the options without weights of their own load either way
     free_keys = ("dropout", "attn_impl", "activation", "qk_norm", "logit_softcap")
-    # added after release 0.1: a checkpoint records them only when set, so a reference model's config reads as before
+    # recorded in a checkpoint only when not at their default: a reference model's config holds none of them
     option_keys = ("norm", "activation", "qk_norm", "logit_softcap", "tied_head")
 
     @property
@@ -94,7 +94,7 @@ class Attention(nn.Module):
         B, T, C = x.shape
         qkv = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, self.num_heads, self.head_size).transpose(1, 2) for t in qkv)  # 3 x (B, h, T, hs)
-        if self.qk_norm:  # each head's query and key at unit RMS: the scores' scale no longer grows with training
+        if self.qk_norm:  # each head's query and key at unit RMS: the scores' scale does not grow with training
             q, k = F.rms_norm(q, (self.head_size,)), F.rms_norm(k, (self.head_size,))
         if self.rotary is not None:  # keys are stored in the cache already rotated
             q, k = self.rotary(q, start), self.rotary(k, start)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tinylm.tasks.base import Task
 
 TASKS = {"text": "tinylm.tasks.text.task:TextTask", "translation": "tinylm.tasks.translation.task:TranslationTask"}
-DEFAULT_TASK = "text"  # a data module of the user's own continues text, as do checkpoints of release 0.1
+DEFAULT_TASK = "text"  # a data module of the user's own continues text, as does a checkpoint naming no task
 # Settings train.py sets from another one (group -> key -> from what): refused on the command line
 # (``refuse_derived``) and added to a config (``tinylm.training.config_keys.SET_BY_TRAIN``)
 DERIVED = {"data": {"decoder_only": "the model's kind (a decoder-only model.arch reads each pair as one sequence "
@@ -44,8 +44,8 @@ def task_of_config(cfg: DictConfig) -> Task:
 
 
 def task_of_checkpoint(checkpoint: dict, model_class: type) -> str:
-    """The name of the task a checkpoint was trained for: its ``task`` hyperparameter; before there was one,
-    ``translation_pairs`` (true: translation), and an encoder-decoder only ever translated."""
+    """The name of the task a checkpoint was trained for: its ``task`` hyperparameter; without one,
+    translation when ``translation_pairs`` is true or the model is an encoder-decoder, else text."""
     hparams = checkpoint.get("hyper_parameters")
     hparams = hparams if isinstance(hparams, dict) else {}
     if "task" in hparams:

@@ -198,7 +198,7 @@ class LitLanguageModel(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "torch_rng_state" in checkpoint:
             self._resume_rng_state = checkpoint["torch_rng_state"]
-        if "best_val" in checkpoint:  # not in checkpoints of release 0.1: the best then starts afresh
+        if "best_val" in checkpoint:  # optional in a checkpoint: without it the best starts afresh
             self.best_val_loss, self.best_step = checkpoint["best_val"]["loss"], checkpoint["best_val"]["step"]
 
     def on_train_start(self) -> None:

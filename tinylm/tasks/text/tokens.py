@@ -1,7 +1,7 @@
 """Tokenizing a text stream in linear time and bounded memory, into any sink of ids.
 
 Two passes over the chunks of a ``Corpus``. The first counts: the code points (a ``bincount``; the
-character vocabulary is the sorted list of those seen, as ``sorted(set(text))`` was) or only the
+character vocabulary is the sorted list of those seen, ``sorted(set(text))``) or only the
 characters. That gives the split, at character ``num_chars - int(num_chars * val_fraction)``, and
 for BPE the merges, learned from the training part through the tokenizers library's iterator API.
 The second encodes each part, chunk by chunk, into the sink: characters through a lookup table
