@@ -38,8 +38,8 @@ TARGET_MS = 200.0  # predict, 32 characters, 2 cores
 
 def run_folder(given: str | None) -> Path:
     """``--run``, else the newest run under outputs/, else a default run trained now into a temporary folder."""
-    from tinylm.checkpoint import latest_checkpoint
     from tinylm.errors import TinyLMError
+    from tinylm.run_folder import latest_checkpoint
 
     if given:
         return Path(given).resolve()

@@ -23,7 +23,8 @@ from conftest import compose_config, entry_point, train_in_process
 from tinylm.analysis.heads import strongest
 from tinylm.analysis.hooks import heads_switched_off
 from tinylm.analysis.probe import Probe
-from tinylm.checkpoint import checkpoint_in_run, load_model
+from tinylm.checkpoint import load_model
+from tinylm.run_folder import checkpoint_in_run
 
 pytestmark = pytest.mark.slow
 

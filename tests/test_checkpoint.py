@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinylm.checkpoint import find_checkpoint, load_model, read_checkpoint
+from tinylm.checkpoint import load_model, read_checkpoint
 from tinylm.errors import TinyLMError
 from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.run_folder import find_checkpoint
 from tinylm.tokenizer import CharTokenizer
 
 

@@ -12,9 +12,8 @@ from conftest import ROOT, compose_config, entry_point
 from omegaconf import OmegaConf
 from test_checkpoint import make_run
 
-from tinylm.checkpoint import Chosen, choose_checkpoint, debug_preset
-from tinylm.console import checkpoint_name, shown_path
-from tinylm.runs.resume import latest_last_checkpoint
+from tinylm.console import checkpoint_name
+from tinylm.run_folder import Chosen, choose_checkpoint, debug_preset, latest_last_checkpoint, shown_path
 
 
 def record_hydra(run: Path, *overrides: str) -> Path:

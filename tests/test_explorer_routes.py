@@ -19,12 +19,13 @@ from conftest import TINY_MODEL, TINY_TEXT, compose_config, entry_point, train_i
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins import base_plugin
 
-from tinylm.checkpoint import checkpoint_in_run, load_model
+from tinylm.checkpoint import load_model
 from tinylm.cli import quote_values
 from tinylm.explorer import views
 from tinylm.explorer.inprocess import client
 from tinylm.explorer.models import Models
 from tinylm.explorer.plugin import STATIC
+from tinylm.run_folder import checkpoint_in_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

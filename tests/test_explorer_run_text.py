@@ -14,7 +14,7 @@ from conftest import ROOT, TINY_MODEL, train_in_process
 from test_explorer_tensorboard import fetch, free_port
 
 from tinylm.explorer.run_text import derived_text, vocabulary_text
-from tinylm.tasks.probe_text import PROBE_FILE
+from tinylm.run_folder import PROBE_FILE
 from tinylm.tokenizer import CharTokenizer
 
 sys.path.insert(0, str(ROOT / "bench"))

@@ -15,11 +15,11 @@ import torch
 from conftest import compose, compose_config, entry_point
 from test_checkpoint import one_line_error
 
-from tinylm.checkpoint import choose_checkpoint, latest_checkpoint, load_model, run_checkpoints
+from tinylm.checkpoint import load_model
 from tinylm.models import build_model, sizes
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.runs.job_files import MARKER
-from tinylm.runs.resume import check_resume, latest_last_checkpoint
+from tinylm.run_folder import MARKER, choose_checkpoint, latest_checkpoint, latest_last_checkpoint, run_checkpoints
+from tinylm.runs.resume import check_resume
 from tinylm.tokenizer import CharTokenizer
 from tinylm.training.config_checks import config_problems
 from tinylm.training.safety import AtomicCheckpointIO

@@ -18,7 +18,6 @@ import torch
 from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
 
 from tinylm.cli import quote_values
-from tinylm.console import shown_path
 from tinylm.errors import TinyLMError
 from tinylm.generation.sampling import keep_top_k, keep_top_p
 from tinylm.generation.sampling import sample_next as torch_sample_next
@@ -30,6 +29,7 @@ from tinylm.onnx.export import export_onnx
 from tinylm.onnx.runtime import keep_top_k as np_top_k
 from tinylm.onnx.runtime import keep_top_p as np_top_p
 from tinylm.onnx.runtime import load_onnx, sample_next
+from tinylm.run_folder import shown_path
 from tinylm.tokenizer import CharTokenizer
 
 

@@ -16,9 +16,9 @@ import torch
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from tinylm.run_folder import MARKER
 from tinylm.runs import job, lock
 from tinylm.runs.job import main as train_main
-from tinylm.runs.job_files import MARKER
 from tinylm.training import safety
 
 FAST = [*TINY_MODEL, "trainer.max_steps=4", "trainer.val_check_interval=2", "logger=none", "callbacks=minimal"]

@@ -116,7 +116,7 @@ def test_a_translation_run_is_shot_on_its_own_example_source(tmp_path):
     the tab opens the Translation view on that source, and its screenshot shows the translation."""
     from conftest import train_in_process
 
-    from tinylm.tasks.probe_text import PROBE_FILE
+    from tinylm.run_folder import PROBE_FILE
 
     run = tmp_path / "numbers"
     train_in_process(run, "experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",

@@ -13,11 +13,11 @@ from conftest import ROOT, TINY_TEXT, compose_config, entry_point
 from test_checkpoint import one_line_error
 
 from tinylm.analysis.translation import pairs_of
-from tinylm.checkpoint import load_model, run_checkpoints
-from tinylm.console import shown_path
+from tinylm.checkpoint import load_model
 from tinylm.explorer import views
 from tinylm.generation.prompting import encode_prompt
 from tinylm.models.seq2seq import Seq2Seq, Seq2SeqConfig
+from tinylm.run_folder import run_checkpoints, shown_path
 from tinylm.tasks.translation.decoding import translate_lines
 from tinylm.tokenizer import CharTokenizer
 

@@ -25,10 +25,10 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import Chosen, choose_checkpoint
 from tinylm.textfile import unwritable_folder
 
 if TYPE_CHECKING:
-    from tinylm.checkpoint import Chosen
     from tinylm.tokenizer import Tokenizer
 
 # bash reports 128 + SIGPIPE (13) for `yes | head -1`: a closed pipe reads the same for us, so
@@ -148,8 +148,6 @@ def check_threads(threads: object) -> None:
 def checkpoint_from_config(cfg: DictConfig) -> Chosen:
     """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names, and
     why (``tinylm.checkpoint.Chosen``)."""
-    from tinylm.checkpoint import choose_checkpoint  # torch: only for the scripts that load one
-
     def absolute(path) -> str | None:  # relative to where the command was launched
         return hydra.utils.to_absolute_path(str(path)) if path else None
 

@@ -10,7 +10,6 @@ generate.py the ONNX one).
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tinylm.generation.prompting import encode_prompt
+from tinylm.run_folder import shown_path
 from tinylm.tokenizer import Tokenizer
 
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
@@ -44,15 +44,6 @@ class Sampler(NamedTuple):
     num_params: int
     stream_text: Callable[..., Iterator[str]]  # (prompt_ids, max_new_tokens, stop=..., **sampling) -> pieces
     why: str = ""  # why this checkpoint (tinylm.checkpoint.Chosen.why)
-
-
-def shown_path(path: str | Path) -> str:
-    """``path`` relative to the current folder when it lies inside it (and that is shorter), else absolute:
-    ``outputs/runs/...`` from the project folder, never a ``../..`` walk out of it."""
-    absolute = os.path.abspath(path)
-    relative = os.path.relpath(absolute)
-    inside = relative != os.pardir and not relative.startswith(os.pardir + os.sep)
-    return relative if inside and len(relative) < len(absolute) else absolute
 
 
 def checkpoint_name(path: str | Path, why: str = "", *facts: str) -> str:

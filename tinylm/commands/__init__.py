@@ -12,10 +12,10 @@ wherever the command is launched; an installed package's: the current folder.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
+
+from tinylm.run_folder import CONF_DIR, use_project_root
 
 # `tinylm <command>`, in the order `tinylm --help` lists them
 COMMANDS = {
@@ -27,17 +27,6 @@ COMMANDS = {
     "export": "a checkpoint as one ONNX file (python export.py)",
 }
 EXIT_INTERRUPTED = 130
-
-_PACKAGE = Path(__file__).resolve().parents[1]
-_PACKAGED_CONF = _PACKAGE / "conf"  # an installed package's copy of conf/
-CHECKOUT = None if _PACKAGED_CONF.is_dir() else _PACKAGE.parent
-CONF_DIR = _PACKAGED_CONF if CHECKOUT is None else CHECKOUT / "conf"
-
-
-def use_project_root() -> None:
-    """Point ``paths.root_dir`` at the checkout, else at the current folder (an environment's
-    ``TINYLM_ROOT`` wins)."""
-    os.environ.setdefault("TINYLM_ROOT", str(CHECKOUT or Path.cwd()))
 
 
 def run_command(name: str) -> None:

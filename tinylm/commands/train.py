@@ -31,9 +31,9 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
     new run, a bad value (``validate(cfg, quick=True)``), before Hydra makes the run folder and before
     torch and Lightning are imported: one ``error:`` line, and no folder. A resume's values are checked
     once its run's overrides are known; a sweep's by each job (in its folder's error.txt)."""
-    from tinylm.checkpoint import find_checkpoint
     from tinylm.cli import resolve_path
     from tinylm.precheck import composed, is_multirun
+    from tinylm.run_folder import find_checkpoint
     from tinylm.tasks.text.corpus import download
     from tinylm.training.config_checks import READS_DATA_PATH, validate
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.plots.rendering import save_png
-from tinylm.runs.events_folder import events_folder
+from tinylm.run_folder import events_folder
 from tinylm.runs.sweep_jobs import Job, read_job
 from tinylm.runs.sweep_report import markdown, split_overrides, table_rows
 

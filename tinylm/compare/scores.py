@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-from tinylm.runs.events_folder import events_folder
+from tinylm.run_folder import events_folder
 
 EVALUATION = "evaluate.json"
 

@@ -1,7 +1,7 @@
 """The text the tinylm tab opens a run on (the ``runs`` route's ``text``): the run's own probe, made of its
 vocabulary, so that every view answers on it. The first of:
 
-- the probe the run recorded in its folder when training started (``tinylm.tasks.probe_text.PROBE_FILE``:
+- the probe the run recorded in its folder when training started (``tinylm.run_folder.PROBE_FILE``:
   the attention maps' probe, a translation run's source), read as ``runfiles`` reads a run's files;
 - a run of an earlier release: the probe its attention weights were logged with (their tokens), a
   translation run's first validation source (its logged translations), from the event files through
@@ -25,7 +25,8 @@ from tinylm.explorer import events
 from tinylm.explorer.models import Models
 from tinylm.explorer.runfiles import unlinked
 from tinylm.explorer.runs import RunFolder
-from tinylm.tasks.probe_text import OPENING_CHARS, PROBE_FILE, known_probe
+from tinylm.run_folder import PROBE_FILE
+from tinylm.tasks.probe_text import OPENING_CHARS, known_probe
 from tinylm.textfile import read_capped_bytes
 from tinylm.tokenizer import Tokenizer
 

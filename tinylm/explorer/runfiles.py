@@ -1,26 +1,25 @@
 """What the tinylm tab reads of a run folder, and its one rule for links: it follows none.
 
-The tab reads two kinds of file below the logdir: a run's checkpoints (``checkpoints/best-*.ckpt`` and
-``checkpoints/last.ckpt``, through ``tinylm.checkpoint.load_model``) and its Hydra record
-(``.hydra/config.yaml``, for the probe text); TensorBoard reads the event files. A file is read only when
+The tab reads two kinds of file below the logdir: a run's checkpoints (``tinylm.run_folder.run_checkpoints``
+read only, loaded by ``tinylm.checkpoint.load_model``) and its Hydra record (``config.yaml``, for the probe
+text); TensorBoard reads the event files. A file is read only when
 it is a regular file with no symbolic link on its way from the logdir (the logdir itself may be a link:
 it is resolved once, when the tab starts), and never more of it than a cap: ``MAX_CHECKPOINT_MIB`` of a
 checkpoint, ``MAX_RECORD_MIB`` of a record. A link, a FIFO, a device or a folder under such a name is
-as if it were not there; so is a run folder, a ``checkpoints/`` or a ``.hydra/`` that is a link
+as if it were not there; so is a run folder, its checkpoints' folder or its record's that is a link
 (``tinylm.explorer.runs.scan`` lists no run through one). Nothing is opened in a way that can block.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import stat
 from pathlib import Path
 
 import yaml
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.folder import HYDRA_DIR
+from tinylm.run_folder import HYDRA_DIR
 from tinylm.textfile import capped_file, read_capped_bytes
 
 MAX_CHECKPOINT_MIB = 1024  # torch.load reads a checkpoint whole into memory
@@ -40,30 +39,6 @@ def real_dir(path: Path) -> bool:
         return False
 
 
-def checkpoints(run_dir: Path) -> list[Path]:
-    """The run's checkpoints the tab may read, in the order ``generate.py run_dir=`` prefers them
-    (``tinylm.checkpoint.run_checkpoints``: ``best-*.ckpt`` newest first, then ``last.ckpt``)."""
-    folder = run_dir / "checkpoints"
-    if not unlinked(folder):
-        return []
-    best, last = [], []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return []
-    for entry in entries:
-        is_best = entry.name.startswith("best-") and entry.name.endswith(".ckpt")
-        if not (is_best or entry.name == "last.ckpt"):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:  # gone since the folder was listed
-            continue
-        if stat.S_ISREG(info.st_mode):
-            (best if is_best else last).append((info.st_mtime_ns, Path(entry.path)))
-    return [path for _, path in sorted(best, reverse=True)] + [path for _, path in last]
-
-
 def checkpoint_stamp(path: Path) -> tuple[int, int]:
     """What changes when checkpoint ``path`` is rewritten (its modification time in ns, its size), when the
     tab may read it; one TinyLMError when it may not (gone, not a regular file, over the cap)."""
@@ -72,7 +47,7 @@ def checkpoint_stamp(path: Path) -> tuple[int, int]:
 
 
 def probe_text(run_dir: Path, view: tuple[str, str]) -> str | None:
-    """``callbacks.<view[0]>.<view[1]>`` of the run's ``.hydra/config.yaml``; None without one it may read."""
+    """``callbacks.<view[0]>.<view[1]>`` of the run's recorded ``config.yaml``; None without one it may read."""
     record = run_dir / HYDRA_DIR / "config.yaml"
     if not unlinked(record):
         return None

@@ -1,7 +1,7 @@
 """Which folders of the logdir are tinylm runs, and what each holds.
 
-A run folder holds ``checkpoints/`` and either Hydra's record (``.hydra/``) or TensorBoard event files
-(``tinylm.runs.events_folder``): a training run (``runs/<time>/``) or a sweep's job
+A run folder (``tinylm.run_folder``) holds its checkpoints and either Hydra's record or TensorBoard event
+files: a training run (``runs/<time>/``) or a sweep's job
 (``multirun/<time>/<job>/``), at most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run
 is named by its path relative to the logdir, as TensorBoard names runs; its events are TensorBoard's
 run(s) ``<name>[/...]``. The browser only ever sends such a name back: ``Runs.find`` looks it up in the
@@ -22,12 +22,21 @@ from pathlib import Path, PurePosixPath
 
 from tinylm.errors import TinyLMError
 from tinylm.explorer import runfiles
-from tinylm.runs.events_folder import events_folder, holds_event_files
-from tinylm.runs.folder import HYDRA_DIR
+from tinylm.run_folder import (
+    BEST_PREFIX,
+    CHECKPOINTS_DIR,
+    CKPT_SUFFIX,
+    EARLIER_EVENTS_DIR,
+    HYDRA_DIR,
+    LAST_CHECKPOINT,
+    events_folder,
+    holds_event_files,
+    run_checkpoints,
+)
 
 MAX_DEPTH = 4  # logdir/multirun/<time>/<job> is 3 below
 FRESH_S = 2.0  # a listing is reused this long; a name not in it is looked for again at once
-SKIPPED = {"checkpoints", "tensorboard", "analysis", "__pycache__", "node_modules"}
+SKIPPED = {CHECKPOINTS_DIR, EARLIER_EVENTS_DIR, "analysis", "__pycache__", "node_modules"}
 
 
 class UnknownRun(TinyLMError):
@@ -52,11 +61,11 @@ class RunFolder:
 
     def checkpoint(self) -> Path:
         """The checkpoint ``generate.py run_dir=`` picks (the best, else the last) of those the tab may read
-        (``runfiles.checkpoints``); NoCheckpoint if none."""
-        found = runfiles.checkpoints(self.path)
+        (``run_checkpoints``, read only); NoCheckpoint if none."""
+        found = run_checkpoints(self.path, read_only=True)
         if not found:
-            raise NoCheckpoint(f"run {self.name!r} has no checkpoint (a regular file checkpoints/best-*.ckpt or "
-                               "checkpoints/last.ckpt, not a link) yet: pick a run from the runs list")
+            raise NoCheckpoint(f"run {self.name!r} has no checkpoint (a regular file {CHECKPOINTS_DIR}/{BEST_PREFIX}*"
+                               f"{CKPT_SUFFIX} or {LAST_CHECKPOINT}, not a link) yet: pick a run from the runs list")
         return found[0]
 
     def probe_text(self, task: str = "text") -> str | None:
@@ -68,7 +77,7 @@ class RunFolder:
 
 
 def is_run_folder(path: Path) -> bool:
-    if not runfiles.real_dir(path / "checkpoints"):
+    if not runfiles.real_dir(path / CHECKPOINTS_DIR):
         return False
     if runfiles.real_dir(path / HYDRA_DIR):
         return True

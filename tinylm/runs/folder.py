@@ -16,7 +16,7 @@ process made (claimed, or a ``hydra.run.dir=`` that did not exist: ``note_given_
 empty run shows up in TensorBoard or as the newest run. A folder that was there before (a resume's,
 an earlier run's) is never removed.
 
-``original_overrides`` reads back the command line a run was started with (``.hydra/overrides.yaml``),
+``original_overrides`` reads back the command line a run was started with (its record's ``overrides.yaml``),
 for resuming it, reusing it in a comparison and tabulating a sweep. A record that cannot be read
 (not YAML, not a list of overrides, not UTF-8, not readable) is one TinyLMError naming the file
 and how to restore it, never a traceback.
@@ -32,14 +32,13 @@ import unicodedata
 from collections.abc import Iterable
 from pathlib import Path, PurePath
 
-import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import HYDRA_DIR, read_record
 from tinylm.runs.job_files import JSON_TYPES
 
-HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 # Settings left out of a run's name: where it writes, how it runs or shows its progress, not what it
 # trains (as the HParams columns, tinylm.training.fit.NOT_SETTINGS, and the progress bar's switch).
 # The seed stays: it is what tells repeats of one experiment apart.
@@ -152,22 +151,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("run_name", run_name)
 
 
-def read_record(path: Path) -> object:
-    """A YAML file of a run's record, parsed; ValueError saying why it cannot be read."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    except OSError as e:
-        raise ValueError(e.strerror or str(e)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"not YAML ({getattr(e, 'problem', None) or e}{where})") from None
-
-
 def check_overrides(value: object) -> list[str]:
     """``value`` if it is a list of override strings; ValueError saying what it is instead."""
     if not isinstance(value, list):
@@ -180,7 +163,7 @@ def check_overrides(value: object) -> list[str]:
 
 
 def original_overrides(run_dir: Path) -> list[str] | None:
-    """The overrides a run folder was started with (its ``.hydra/overrides.yaml``), None if absent;
+    """The overrides a run folder was started with (its record's ``overrides.yaml``), None if absent;
     a TinyLMError naming the file and the fix when it cannot be read."""
     record = Path(run_dir) / HYDRA_DIR / "overrides.yaml"
     if not record.exists():

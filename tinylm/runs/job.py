@@ -33,14 +33,15 @@ from omegaconf import DictConfig
 
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CHECKPOINTS_DIR, ERROR, LAST_CHECKPOINT, METRICS, remove_partial_checkpoints
 from tinylm.runs.folder import discard_new_folder, keep_folder
-from tinylm.runs.job_files import ERROR, METRICS, read_metrics, write_json
+from tinylm.runs.job_files import read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
 from tinylm.training.fit import build, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
-from tinylm.training.safety import exit_code, remove_partial_checkpoints
+from tinylm.training.safety import exit_code
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def run(cfg: DictConfig) -> dict:
                 warn_if_busy()
             if rank_zero_only.rank == 0:  # what an earlier attempt left: its error, half-written checkpoints
                 (output_dir / ERROR).unlink(missing_ok=True)
-                for tmp in remove_partial_checkpoints(output_dir / "checkpoints"):
+                for tmp in remove_partial_checkpoints(output_dir / CHECKPOINTS_DIR):
                     log.info("removed %s, a checkpoint half written when the run was killed", tmp)
             metrics = fit(cfg, datamodule, module, output_dir, ckpt_path, starting=starting)
             if rank_zero_only.rank == 0:
@@ -148,7 +149,7 @@ def continue_requeued(cfg: DictConfig) -> str | None:
     """A SLURM job requeued after pre-emption (SLURM_RESTART_COUNT > 0) continues from its own last.ckpt."""
     if cfg.ckpt_path or int(os.environ.get("SLURM_RESTART_COUNT") or 0) < 1 or sweep_dir_of_job() is None:
         return cfg.ckpt_path
-    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    last = Path(cfg.paths.output_dir) / LAST_CHECKPOINT
     return str(last) if last.is_file() else None
 
 

@@ -40,9 +40,9 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-MARKER, METRICS, ERROR, CLAIM = "running.json", "metrics.json", "error.txt", "claim.json"
-UNREADABLE = "unreadable metrics.json"  # a job_status: metrics.json is there but cannot be used
-LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+from tinylm.run_folder import CLAIM, ERROR, LAST_CHECKPOINT, METRICS, alive, read_marker
+
+UNREADABLE = f"unreadable {METRICS}"  # a job_status: metrics.json is there but cannot be used
 
 # metrics.json fields that are numbers (or null), and those that are true or false
 NUMBERS = ("val_loss", "val_bpc", "best_val_loss", "best_step", "num_params", "tokens_per_second",
@@ -95,48 +95,6 @@ def read_metrics(folder: Path) -> dict | None:
         raise ValueError("not UTF-8 text") from None
     except OSError as e:
         raise ValueError(e.strerror or str(e)) from None
-
-
-def read_marker(folder: Path, name: str = MARKER) -> dict | None:
-    """``running.json`` (or ``claim.json``): pid, host and start time (Unix time); None when there is
-    none (or it is damaged)."""
-    try:
-        marker = json.loads((folder / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    types = {"pid": int, "host": str, "started": int | float}
-    ok = isinstance(marker, dict) and all(isinstance(marker.get(key), kind) for key, kind in types.items())
-    return marker if ok else None
-
-
-def process_state(pid: int) -> tuple[str, float] | None:
-    """(state letter, start time as Unix time) of process ``pid``, from /proc; None where there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-    except (OSError, StopIteration):
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # after "pid (name)": the state is field 3, the start time field 22
-    return fields[0], int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def alive(marker: dict) -> bool:
-    """Whether the process that wrote ``marker`` still runs. On another host this cannot be checked
-    from here: it counts as running. A process that started after the marker was written is
-    another one that got the same pid; a zombie (killed, not yet reaped by its parent) is gone."""
-    if marker["host"] != socket.gethostname():
-        return True
-    try:
-        os.kill(marker["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        pass
-    state = process_state(marker["pid"])
-    if state is None:
-        return True
-    letter, started = state
-    return letter != "Z" and started <= marker["started"] + 2  # /proc's boot time is in whole seconds
 
 
 def since(marker: dict) -> str:

@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.job_files import CLAIM, MARKER, alive, read_marker, since, this_process
+from tinylm.run_folder import CLAIM, MARKER, alive, read_marker
+from tinylm.runs.job_files import since, this_process
 
 ATTEMPTS = 3  # claims lost to another process taking over the same stale marker at the same moment
 

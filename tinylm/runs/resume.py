@@ -25,12 +25,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
-from tinylm.checkpoint import RUN_PATTERNS, find_checkpoint, model_parts, newest_run, read_checkpoint, refusing_invalid
+from tinylm.checkpoint import model_parts, read_checkpoint, refusing_invalid
 from tinylm.cli import quote_values
-from tinylm.console import shown_path
 from tinylm.errors import TinyLMError
 from tinylm.models import config_class, model_class
-from tinylm.runs.folder import HYDRA_DIR, check_overrides, composed_log_dir, original_overrides, read_record
+from tinylm.run_folder import HYDRA_DIR, find_checkpoint, latest_last_checkpoint, read_record
+from tinylm.runs.folder import check_overrides, composed_log_dir, original_overrides
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
 RESUMABLE = ("trainer", "optim", "callbacks", "logger", "threads", "compile", "model.dropout", "model.attn_impl")
@@ -95,21 +95,6 @@ def saved_overrides(run_dir: Path) -> list[str] | None:
             f"the record of run {run_dir} ({HYDRA_DIR}/overrides.yaml, {HYDRA_DIR}/{RESUMES_FILE}) holds an override "
             f"Hydra cannot read ({str(e).splitlines()[0]}): restore those files"
         ) from None
-
-
-def latest_last_checkpoint(log_dir: str | Path) -> tuple[Path, str]:
-    """The newest ``checkpoints/last.ckpt`` of any run or sweep job under ``log_dir``, a debug run's only
-    when no other run has one (as for generate.py, ``tinylm.checkpoint.newest_run``), and why it."""
-    lasts = [p for pattern in RUN_PATTERNS for p in Path(log_dir).glob(f"{pattern}/checkpoints/last.ckpt")
-             if p.is_file()]  # a regular file: never a FIFO, whose read would wait for good
-    found = {last.parent.parent: [last] for last in lasts}
-    if not found:
-        raise TinyLMError(
-            f"ckpt_path=last: no run under {log_dir} has checkpoints/last.ckpt; "
-            "train first with `python train.py`, or pass ckpt_path=FILE"
-        )
-    run, note = newest_run(found, lambda run: f"ckpt_path={shown_path(run / 'checkpoints' / 'last.ckpt')}")
-    return found[run][0], f"ckpt_path=last: the newest run's last.ckpt{note}"
 
 
 def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:

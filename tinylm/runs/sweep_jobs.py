@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CLAIM, ERROR, HYDRA_DIR, LAST_CHECKPOINT, read_marker
 from tinylm.runs.folder import original_overrides
-from tinylm.runs.job_files import CLAIM, ERROR, LAST_CHECKPOINT, describe, job_status, read_marker, read_metrics
+from tinylm.runs.job_files import describe, job_status, read_metrics
 
-MISSING, UNREADABLE_OVERRIDES = "missing", "unreadable .hydra/overrides.yaml"
+MISSING, UNREADABLE_OVERRIDES = "missing", f"unreadable {HYDRA_DIR}/overrides.yaml"
 
 
 @dataclass

@@ -28,14 +28,14 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CLAIM, CONF_DIR, ERROR, HYDRA_DIR, LAST_CHECKPOINT, MARKER, METRICS, use_project_root
 from tinylm.runs.folder import composed_log_dir, newest_sweep_dir
-from tinylm.runs.job_files import CLAIM, ERROR, LAST_CHECKPOINT, MARKER, METRICS, expected_jobs
+from tinylm.runs.job_files import expected_jobs
 from tinylm.runs.sweep_jobs import MISSING, Job, as_dict, read_job, short
 
 # metrics.json fields shown, in column order
@@ -44,13 +44,11 @@ METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_param
 FORMATS = {"best_val_loss": "{:.4f}", "best_step": "{}", "val_loss": "{:.4f}", "val_bpc": "{:.3f}",
            "num_params": "{:,}", "tokens_per_second": "{:,.0f}", "wall_seconds": "{:.1f}", "steps": "{}"}
 CSV_NAME, MARKDOWN_NAME, PLOT_NAME = "summary.csv", "summary.md", "val_loss_vs_params.png"
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: its conf/, and outputs/ unless TINYLM_ROOT says otherwise
 
 
 def is_job_folder(folder: Path) -> bool:
-    return folder.is_dir() and any(
-        (folder / name).exists() for name in (".hydra/overrides.yaml", METRICS, ERROR, MARKER, CLAIM, LAST_CHECKPOINT)
-    )
+    names = (f"{HYDRA_DIR}/overrides.yaml", METRICS, ERROR, MARKER, CLAIM, LAST_CHECKPOINT)
+    return folder.is_dir() and any((folder / name).exists() for name in names)
 
 
 def job_order(name: str) -> tuple[bool, int, str]:
@@ -179,8 +177,8 @@ def report(sweep_dir: str | Path) -> tuple[str, list[Path], list[str]]:
 
 def newest_sweep() -> Path:
     """The newest sweep under paths.log_dir (``<checkout>/outputs`` unless TINYLM_ROOT says otherwise), said."""
-    os.environ.setdefault("TINYLM_ROOT", str(ROOT))  # as train.py sets it
-    sweep_dir = newest_sweep_dir(composed_log_dir(ROOT / "conf", []))
+    use_project_root()
+    sweep_dir = newest_sweep_dir(composed_log_dir(CONF_DIR, []))
     print(f"the newest sweep: {sweep_dir}\n")
     return sweep_dir
 

@@ -35,17 +35,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CLAIM, LAST_CHECKPOINT, MARKER, METRICS, read_marker
 from tinylm.runs.folder import composed_log_dir, newest_sweep_dir, original_overrides
 from tinylm.runs.job_files import (
-    CLAIM,
-    MARKER,
-    METRICS,
     UNREADABLE,
     claim_job,
     describe,
     job_status,
     planning_lock,
-    read_marker,
     read_metrics,
     release_claim,
 )
@@ -229,7 +226,7 @@ def launch_overrides(overrides: Sequence[str], action: str, folder: Path) -> lis
     """A job's overrides as launched: an interrupted job continues from its last.ckpt, its record kept."""
     if action != "continue":
         return list(overrides)
-    ckpt = quote_values([f"ckpt_path={folder / 'checkpoints' / 'last.ckpt'}"], ("ckpt_path",))
+    ckpt = quote_values([f"ckpt_path={folder / LAST_CHECKPOINT}"], ("ckpt_path",))
     return [*overrides, *ckpt, "hydra.output_subdir=null"]
 
 

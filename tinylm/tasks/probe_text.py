@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-PROBE_FILE = "probe.txt"  # in the run folder: the probe as UTF-8 text, exactly
+from tinylm.run_folder import PROBE_FILE
+
 OPENING_CHARS = 16  # a probe taken from the training text: its first line's first characters
 
 

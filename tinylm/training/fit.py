@@ -33,6 +33,7 @@ from tinylm.callbacks.inspector import PeriodicInspector
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
 from tinylm.models import build_model
+from tinylm.run_folder import CHECKPOINTS_DIR
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
 from tinylm.tasks.base import bits_per_char
 from tinylm.tasks.text.data import TextDataModule
@@ -186,8 +187,8 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
         starting()
     started = time.perf_counter()
     # a resume into its own folder finds its checkpoints there: Lightning's warning about them is noise
-    own = ckpt_path and Path(ckpt_path).parent == output_dir / "checkpoints"
-    with expected_checkpoints(output_dir / "checkpoints") if own else nullcontext():
+    own = ckpt_path and Path(ckpt_path).parent == output_dir / CHECKPOINTS_DIR
+    with expected_checkpoints(output_dir / CHECKPOINTS_DIR) if own else nullcontext():
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     wall = time.perf_counter() - started
 

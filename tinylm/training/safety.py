@@ -3,7 +3,7 @@
 - ``AtomicCheckpointIO`` writes ``<name>.tmp`` next to the target, fsyncs it and renames it over
   the target, so ``kill -9`` at any moment leaves either the old good file or the new one (and a
   ``.tmp`` that the next checkpoint written there, the run's next start or the next listing of its
-  checkpoints removes: ``tinylm.runs.partials``). A write that fails (a full disk) removes its
+  checkpoints removes: ``tinylm.run_folder``). A write that fails (a full disk) removes its
   ``.tmp``, keeps the old file and is one ``error:`` line.
 - ``GracefulInterrupt`` turns Ctrl-C (SIGINT) and SIGTERM (``kill``, ``docker stop``, a SLURM
   pre-emption) into: finish the step, save ``last.ckpt``, stop. ``train.py`` then exits 130 after
@@ -24,7 +24,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.partials import TMP_SUFFIX, remove_partial_checkpoints
+from tinylm.run_folder import LAST_NAME, TMP_SUFFIX, remove_partial_checkpoints
 
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # what stops a run cleanly, as told to the user
 # what a second stop signal does: stop at once (SIGINT raises KeyboardInterrupt, SIGTERM ends the process)
@@ -68,7 +68,7 @@ def write_failed(path: Path, error: OSError) -> TinyLMError:
     except OSError:
         free = "free space unknown"
     kept = f"the previous {path.name} is kept unchanged" if path.is_file() else "earlier checkpoints are kept"
-    last = path.parent / "last.ckpt"
+    last = path.parent / LAST_NAME
     resume = (f", then resume with `python train.py {shlex.quote(f'ckpt_path={last}')}`" if last.is_file()
               else ", then train again")
     return TinyLMError(f"could not write checkpoint {path}: {reason}, {free}; {kept}. Free some space{resume}")
@@ -150,7 +150,7 @@ class GracefulInterrupt(L.Callback):
         self._restore()
         if self.interrupted_at is not None and trainer.is_global_zero:
             if trainer.checkpoint_callback:
-                last = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
+                last = Path(trainer.checkpoint_callback.dirpath) / LAST_NAME
                 hint = f"saved {last}; resume with `python train.py {shlex.quote(f'ckpt_path={last}')}`"
             else:
                 hint = "no checkpoint callback, so nothing was saved"
