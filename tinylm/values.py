@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tinylm.errors import TinyLMError
 
 Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ..."), or None
+SHORT = 200  # characters of an exception's message an error: line keeps when it is cut short (one_line)
 
 
 def is_int(value) -> bool:

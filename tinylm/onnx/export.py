@@ -58,10 +58,10 @@ from tinylm.onnx.runtime import (
     VERSION_KEY,
     WINDOW_KEY,
     load_onnx,
-    one_line,
 )
 from tinylm.textfile import unwritable_folder
 from tinylm.tokenizer import Tokenizer
+from tinylm.values import SHORT, one_line
 
 EXPORT_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # writing, tracing, checking
 TOLERANCE = 1e-4  # largest difference allowed between ONNX Runtime's logits and PyTorch's
@@ -174,7 +174,7 @@ def file_problem(model: LanguageModel, path: Path) -> str | None:
     try:
         worst = compare_logits(model, path)
     except Exception as e:  # onnxruntime refusing a shape the graph should take, or load_onnx refusing the file
-        return f"ONNX Runtime cannot run it ({one_line(e)})"
+        return f"ONNX Runtime cannot run it ({one_line(e, SHORT)})"
     return None if worst <= TOLERANCE else f"its logits are {worst:.2g} from PyTorch's (over {TOLERANCE:g})"
 
 
@@ -222,7 +222,7 @@ def write_checked(proto, model: LanguageModel, out: Path, progress: Callable[[st
     except OSError as e:  # a full disk, no permission, a read-only file system
         full = e.errno in (errno.ENOSPC, errno.EDQUOT)
         fix = "free some space or choose" if full else "check its permissions or choose"
-        raise TinyLMError(f"could not write {out} ({e.strerror or one_line(e)}), so {kept}: {fix} "
+        raise TinyLMError(f"could not write {out} ({e.strerror or one_line(e, SHORT)}), so {kept}: {fix} "
                           "another out=FILE.onnx") from None
     finally:
         with contextlib.suppress(OSError):
@@ -247,7 +247,7 @@ def export_onnx(model: LanguageModel, tokenizer: Tokenizer, out: str | Path, glo
     try:
         onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as e:
-        raise TinyLMError(f"the exported graph fails onnx.checker ({one_line(e)}): "
+        raise TinyLMError(f"the exported graph fails onnx.checker ({one_line(e, SHORT)}): "
                           "please report it with the checkpoint's model config") from None
     write_checked(proto, model, out, progress)
     return out

@@ -22,6 +22,7 @@ from tinylm.errors import TinyLMError
 from tinylm.generation.prompting import text_pieces, validate_sampling
 from tinylm.onnx.external import uses_external_data
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
+from tinylm.values import POSITIVE_INT, SHORT, one_line
 
 ONNX_EXTRA = 'pip install -e ".[onnx]"'
 EXPORT_HINT = "export a checkpoint with `python export.py ckpt_path=<checkpoint>`"
@@ -67,14 +68,9 @@ class OnnxModel:
             logits, keys, values = self.session.run(OUTPUTS, dict(zip(INPUTS, (ids, *past), strict=True)))
         except Exception as e:  # onnxruntime's own types (Fail, InvalidArgument, ...) derive from Exception only
             raise TinyLMError(f"ONNX Runtime failed to run {self.path} on input_ids of shape {ids.shape} after "
-                              f"{past[0].shape[3]} earlier positions ({one_line(e)}): the file is damaged or its "
-                              f"metadata is wrong: {EXPORT_HINT}") from None
+                              f"{past[0].shape[3]} earlier positions ({one_line(e, SHORT)}): the file is damaged or "
+                              f"its metadata is wrong: {EXPORT_HINT}") from None
         return logits, (keys, values)
-
-
-def one_line(error: Exception) -> str:
-    """An exception's message on one line, kept short, for an error: line."""
-    return " ".join(str(error).split())[:200] or type(error).__name__
 
 
 def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
@@ -94,9 +90,9 @@ def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
         data = path.read_bytes()
         external = uses_external_data(data)
     except OSError as e:
-        raise TinyLMError(f"{unreadable} ({e.strerror or one_line(e)}): check its permissions") from None
+        raise TinyLMError(f"{unreadable} ({e.strerror or one_line(e, SHORT)}): check its permissions") from None
     except ValueError as e:
-        raise TinyLMError(f"{unreadable} ({one_line(e)}): {corrupt}") from None
+        raise TinyLMError(f"{unreadable} ({one_line(e, SHORT)}): {corrupt}") from None
     if external:
         raise TinyLMError(f"{path} keeps tensors in other files (ONNX external data), which tinylm never writes "
                           f"and will not read: {EXPORT_HINT}")
@@ -107,7 +103,7 @@ def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
     try:
         session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own types for bad bytes and bad graphs
-        raise TinyLMError(f"{unreadable} ({one_line(e)}): {corrupt}") from None
+        raise TinyLMError(f"{unreadable} ({one_line(e, SHORT)}): {corrupt}") from None
     meta = session.get_modelmeta().custom_metadata_map
     try:
         if FORMAT_KEY not in meta:
@@ -122,17 +118,14 @@ def load_onnx(path: str | Path, threads: int | None = None) -> OnnxModel:
         model = OnnxModel(session, tokenizer, path, json.loads(meta[STEP_KEY]), int(json.loads(meta[PARAMS_KEY])),
                           json.loads(meta[WINDOW_KEY]), config, (int(layers), int(heads), int(head_size)))
     except (KeyError, TypeError, ValueError) as e:  # json.JSONDecodeError is a ValueError
-        raise TinyLMError(f"{path} is not an ONNX model exported by tinylm ({one_line(e)}): {EXPORT_HINT}") from None
+        raise TinyLMError(f"{path} is not an ONNX model exported by tinylm ({one_line(e, SHORT)}): "
+                          f"{EXPORT_HINT}") from None
     problem = metadata_problem(model)
     if problem:
         raise TinyLMError(f"{path} has inconsistent metadata: {problem}: the file was altered or damaged: "
                           f"{EXPORT_HINT}")
     model.tokenizer.origin = f"ONNX model {path}"  # named by every message about its vocabulary
     return model
-
-
-def is_size(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def metadata_problem(model: OnnxModel) -> str | None:
@@ -143,11 +136,11 @@ def metadata_problem(model: OnnxModel) -> str | None:
     one step on one token (also a check that the graph runs) shows.
     """
     config, window = model.config, model.context_window
-    if not is_size(window):
-        return f"{WINDOW_KEY}={window!r} must be a positive integer"
+    if problem := POSITIVE_INT(window):
+        return f"{WINDOW_KEY}={window!r} {problem}"
     keys = ("vocab_size", "block_size", "n_embd", "num_heads", "num_layers")
     sizes = [config.get(key) for key in keys] if isinstance(config, dict) else [None]
-    if not all(is_size(size) for size in sizes):
+    if any(POSITIVE_INT(size) for size in sizes):
         return f"{CONFIG_KEY} needs positive integers {', '.join(keys)}"
     vocab, block_size, n_embd, heads, layers = sizes
     if window != block_size:
