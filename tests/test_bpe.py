@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from builders import build_tokenizer
 from conftest import TINY_MODEL, compose, compose_config, entry_point, train_in_process
 from tokenizers import pre_tokenizers
 
@@ -14,7 +15,7 @@ from tinylm.checkpoint import load_model, read_checkpoint
 from tinylm.errors import TinyLMError
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.tasks.text.data import TextDataModule, encode_array
-from tinylm.tokenizer import BPETokenizer, build_tokenizer, byte_symbols, tokenizer_from_state
+from tinylm.tokenizer import BPETokenizer, byte_symbols, tokenizer_from_state
 from tinylm.training.config_checks import validate
 
 ENGLISH = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"

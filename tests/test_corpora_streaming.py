@@ -10,13 +10,16 @@ import logging
 
 import numpy as np
 import pytest
+from builders import build_tokenizer
 
 from tinylm.errors import TinyLMError
+from tinylm.tasks.data import data_identity
+from tinylm.tasks.data_file import decode_text
 from tinylm.tasks.text import corpus as corpus_module
 from tinylm.tasks.text.corpus import SEPARATOR, Corpus
-from tinylm.tasks.text.data import TextDataModule, data_identity, decode_text
+from tinylm.tasks.text.data import TextDataModule
 from tinylm.tasks.text.tokens import BPE_CUT, bpe_pieces, tokenize, train_bpe
-from tinylm.tokenizer import BPETokenizer, build_tokenizer
+from tinylm.tokenizer import BPETokenizer
 
 TRICKY = ("\ufeff第一回 甄士隐梦幻识通灵\r\n" "a\r\r\nb\rc 🙂🙂 ok\0\r\n" "“你道此书从何而来？”说起根由。\r\n"
           "The end, really. 'tis\r\n" * 3 + "尾\r")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import build_tokenizer
 from conftest import ROOT, TINY_TEXT, compose_config
 from torch.nn import functional as F
 
@@ -19,7 +20,6 @@ from tinylm.models import build_model
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.tasks.text.evaluation import window_plan
 from tinylm.tasks.translation.data import PairDataModule
-from tinylm.tokenizer import build_tokenizer
 
 spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "evaluate.py")
 evaluate_cli = importlib.util.module_from_spec(spec)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from builders import ARCHITECTURES
 
-from tinylm.models import ARCHITECTURES, build_model, model_config_problems
+from tinylm.models import build_model, model_config_problems
 from tinylm.models.base import Decoder, EncoderDecoder, LanguageModel, eval_no_grad
 from tinylm.models.gpt import GPTConfig
 from tinylm.models.rnn import RNNConfig

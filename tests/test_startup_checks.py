@@ -11,10 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from builders import ARCHITECTURES
 from conftest import ROOT, TINY_MODEL, TINY_TEXT, compose
 
 from tinylm.errors import TinyLMError
-from tinylm.models import ARCHITECTURES, BUILT_IN, config_class
+from tinylm.models import BUILT_IN, config_class
 from tinylm.runs import job
 from tinylm.training.config_checks import config_problems
 

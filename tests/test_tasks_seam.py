@@ -10,12 +10,12 @@ import sys
 
 import pytest
 import torch
+from builders import ARCHITECTURES
 from conftest import ROOT, TINY_TEXT, compose, run_train
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
-from tinylm.models import ARCHITECTURES
 from tinylm.tasks import get_task, refuse_derived, task_of_checkpoint, task_of_config, views_left_out
 from tinylm.tasks.text.attention import AttentionMaps
 from tinylm.tasks.text.probes import NextTokenProbes

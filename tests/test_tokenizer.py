@@ -1,9 +1,9 @@
 import pytest
+from builders import build_tokenizer
 
 from tinylm.tokenizer import (
     ByteTokenizer,
     CharTokenizer,
-    build_tokenizer,
     tokenizer_from_state,
 )
 

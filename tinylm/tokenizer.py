@@ -200,17 +200,6 @@ TOKENIZERS = ("char", "byte", "bpe")
 MIN_BPE_VOCAB = 256  # the byte alphabet BPE starts from
 
 
-def build_tokenizer(kind: str, text: str, bpe_vocab_size: int = 512) -> Tokenizer:
-    """Build the tokenizer named by ``data.tokenizer`` for a training text."""
-    if kind == "char":
-        return CharTokenizer.from_text(text)
-    if kind == "byte":
-        return ByteTokenizer()
-    if kind == "bpe":
-        return BPETokenizer.train(text, bpe_vocab_size)
-    raise ValueError(f"unknown tokenizer {kind!r}: choose one of {', '.join(TOKENIZERS)}")
-
-
 def tokenizer_from_state(state: dict) -> Tokenizer:
     """Rebuild a tokenizer from the plain data stored in a checkpoint.
 

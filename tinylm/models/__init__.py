@@ -29,20 +29,16 @@ from tinylm.models.sizes import size_problem
 if TYPE_CHECKING:
     from tinylm.models.base import LanguageModel, ModelConfig
 
-__all__ = ["ARCHITECTURES", "BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build", "build_model",
-           "config_class", "described", "model_class", "model_config", "model_config_problems", "model_spec"]
+__all__ = ["BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build", "build_model",
+           "config_class", "configured", "described", "model_class", "model_config", "model_config_problems", "model_spec"]
 
 
 def __getattr__(name: str):
-    """The names that are torch's classes, imported on first use: ``LanguageModel``, ``ModelConfig`` and
-    ``ARCHITECTURES`` (arch -> (config dataclass, model class), the classes of ``BUILT_IN``)."""
+    """The names that are torch's classes, imported on first use: ``LanguageModel`` and ``ModelConfig``."""
     if name in ("LanguageModel", "ModelConfig"):
         from tinylm.models import base
 
         return getattr(base, name)
-    if name == "ARCHITECTURES":
-        classes = {arch: _locate(target) for arch, (target, _) in BUILT_IN.items()}
-        return {arch: (config_class(cls), cls) for arch, cls in classes.items()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -151,7 +147,13 @@ def model_spec(config: dict, imports: bool = True) -> tuple[type[LanguageModel],
     or a checkpoint's ``model_config`` (``imports=False``). A ValueError (one line) names a problem, a
     TypeError a key the config class lacks."""
     cls = model_class(config, imports)
-    return cls, config_class(cls)(**_fields(config))
+    return cls, configured(cls, config)
+
+
+def configured(cls: type[LanguageModel], config: dict) -> ModelConfig:
+    """The config dataclass of model class ``cls`` holding ``config`` (without its ``_target_``); a ValueError or
+    TypeError as ``model_spec``'s."""
+    return config_class(cls)(**_fields(config))
 
 
 def described(cls: type[LanguageModel], config: ModelConfig) -> dict:
