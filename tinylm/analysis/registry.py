@@ -28,16 +28,18 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from tinylm.analysis.probe import Probe
+    from tinylm.models.base import LanguageModel
+    from tinylm.tasks.base import LoadedModel
 
 KINDS = ("decoder", "encoder-decoder")
 
 
 @dataclass(frozen=True)
 class Subject:
-    """What every analysis reads: the loaded checkpoint (``model``, ``tokenizer``, ``path``,
-    ``global_step``), analyze's options, and the inputs its model kind takes."""
+    """What every analysis reads: the loaded checkpoint, analyze's options, and the inputs its model
+    kind takes."""
 
-    loaded: Any
+    loaded: LoadedModel
     cfg: DictConfig
     probe: Probe  # the model once on the text (a decoder) or on the first pair (an encoder-decoder)
     what: str  # what the analyses ran on, as REPORT.md and the first printed line say it
@@ -46,7 +48,7 @@ class Subject:
     pairs: list[tuple[list[int], list[int]]] = field(default_factory=list)  # an encoder-decoder's (source, reference)
 
     @property
-    def model(self):
+    def model(self) -> LanguageModel:
         return self.loaded.model
 
     @property
