@@ -65,6 +65,6 @@ def test_register_refuses_a_name_taken_for_the_kind_and_an_unknown_kind(own_regi
     assert message in str(e.value)
 
 
-def test_a_name_may_serve_each_kind_once(own_registry):
+def test_a_name_may_serve_each_kind_once():
     heads = [analysis for analysis in registered() if analysis.name == "heads"]
     assert sorted(kind for analysis in heads for kind in analysis.models) == ["decoder", "encoder-decoder"]
