@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from dataclasses import asdict
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from builders import build_tokenizer
-from conftest import ROOT, TINY_TEXT, compose_config
+from conftest import ROOT, TINY_TEXT, compose_config, entry_point
 from torch.nn import functional as F
 
 from tinylm.cli import quote_values
@@ -21,9 +20,7 @@ from tinylm.tasks.text.data import TextDataModule
 from tinylm.tasks.text.evaluation import window_plan
 from tinylm.tasks.translation.data import PairDataModule
 
-spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "evaluate.py")
-evaluate_cli = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(evaluate_cli)
+evaluate_cli = entry_point("evaluate.py")
 
 BLOCK = 8
 TEXT = TINY_TEXT * 3  # 159 characters

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
+from conftest import ROOT, TINY_TEXT, compose_config, entry_point, script_in_process
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import quote_values
@@ -33,9 +32,7 @@ from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.tracing import trace_shapes
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
-spec = importlib.util.spec_from_file_location("generate_cli", ROOT / "generate.py")
-generate_cli = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(generate_cli)
+generate_cli = entry_point("generate.py")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import ROOT, TINY_TEXT, compose_config, script_in_process
+from conftest import ROOT, TINY_TEXT, compose_config, entry_point, script_in_process
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
@@ -32,15 +31,7 @@ from tinylm.onnx.runtime import load_onnx, sample_next
 from tinylm.run_folder import shown_path
 from tinylm.tokenizer import CharTokenizer
 
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_cli", ROOT / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generate_cli, export_cli = load_script("generate"), load_script("export")
+generate_cli, export_cli = entry_point("generate.py"), entry_point("export.py")
 BLOCK = 8
 
 
