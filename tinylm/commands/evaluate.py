@@ -29,7 +29,7 @@ from tinylm.commands import CONF_DIR, launch
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
-from tinylm.tasks.text.corpus import missing_data_file
+from tinylm.tasks.data_file import missing_data_file
 
 PATH_KEYS = ("ckpt_path", "run_dir", "data.path", "paths.log_dir")
 SPLITS = ("val", "all")

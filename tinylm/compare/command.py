@@ -10,6 +10,7 @@ from tinylm.compare.report import write_report
 from tinylm.compare.runner import ROOT, TRAIN_SCRIPT, run_comparison
 from tinylm.compare.spec import comparisons
 from tinylm.errors import TinyLMError
+from tinylm.tasks.data_file import read_text
 
 # what `all` runs: not seq2seq (other data), nor tricks (several seeds of eleven variants: a budget of its own)
 TEXT_COMPARISONS = [name for name in comparisons(1, 1) if name not in ("seq2seq", "tricks")]
@@ -25,8 +26,6 @@ def data_override(data: str | None, max_chars: int | None, out: Path) -> list[st
     if not path.is_file():
         raise TinyLMError(f"--data {data}: no such file (give a UTF-8 text file)")
     if max_chars is not None:
-        from tinylm.tasks.text.data import read_text  # the training stack: only once there is a file to cut
-
         text = read_text(path)[:max_chars]
         head = out / f"{path.stem}.first{max_chars}{path.suffix}"
         out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import BUILT_IN, CHECKS, model_config_problems
 from tinylm.models.sizes import size_problem
 from tinylm.tasks import model_class_of, task_of_config
-from tinylm.tasks.text.corpus import missing_data_file
+from tinylm.tasks.data_file import missing_data_file
 from tinylm.tasks.translation.numbers_zh import DEMOS
 from tinylm.textfile import encoding_problem, errors_problem, unwritable_folder
 from tinylm.tokenizer import MIN_BPE_VOCAB, TOKENIZERS

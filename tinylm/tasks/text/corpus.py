@@ -21,47 +21,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.textfile import MIB, crlf_as_lf, encoding_problem, errors_problem, regular_file
+from tinylm.tasks.data_file import bad_byte_error, codec_problems, missing_data_file, warn_notes
+from tinylm.textfile import MIB, crlf_as_lf, regular_file
 
 log = logging.getLogger(__name__)
 
 SEPARATOR = "\n\n"  # between two files of a folder or glob: the end of one and the start of the next
 CHUNK_BYTES = 16 * MIB  # what a file is read by
 PROGRESS_MIN_BYTES = 64 * MIB  # a smaller text is read in well under a second: no progress line
-REPLACE_FIX = "data.errors=replace to replace bad bytes"  # what else fixes undecodable bytes in a text file
 
-
-def codec_problems(encoding: str, errors: str) -> list[str]:
-    """What is wrong with ``data.encoding`` and ``data.errors``, one line each."""
-    return [f"data.{key}={value!r} {problem}"
-            for key, value, problem in (("encoding", encoding, encoding_problem(encoding)),
-                                        ("errors", errors, errors_problem(errors))) if problem]
-
-
-def warn_notes(path: Path, crlf: int, lone_cr: int, nul: int) -> None:
-    """One warning for what a text has that usually means a wrong encoding or a Windows file."""
-    found = [(crlf, "CRLF line endings (read as LF; convert the file with dos2unix to skip this)"),
-             (lone_cr, "lone CR characters (kept as symbols: replace them with newlines)"),
-             (nul, "NUL characters (kept as symbols: a binary or UTF-16 file? check data.encoding, or remove them)")]
-    notes = [f"{count:,} {what}" for count, what in found if count]
-    if notes:
-        log.warning("%s has %s", path, "; ".join(notes))
-
-
-def bad_byte_error(path: Path, encoding: str, raw: bytes, error: UnicodeDecodeError, before: int,
-                   lines: int, bad_bytes_fix: str = REPLACE_FIX) -> TinyLMError:
-    """The one line for a byte that does not decode: ``raw`` was read at byte ``before`` of the file,
-    after ``lines`` newlines."""
-    line = lines + raw[: error.start].decode(encoding, errors="replace").count("\n") + 1
-    return TinyLMError(
-        f"{path} is not valid {encoding}: byte {before + error.start} ({raw[error.start:error.start + 1]!r}, "
-        f"line {line}) cannot be decoded; set data.encoding=... to the file's encoding or {bad_bytes_fix}"
-    )
-
-
-def missing_data_file(path) -> str:
-    """What the data module and the quick config check say of a data.path that names nothing."""
-    return f"data file not found: {path} (set data.path to an existing text file)"
 
 
 def download(url: str, dest: Path, sha256: str | None) -> None:

@@ -12,79 +12,33 @@ a fixed, seeded set of windows so val loss is comparable across steps and runs.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 from importlib import resources
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 from tinylm.errors import TinyLMError
+from tinylm.tasks.data import SeededBatches, batch_loader, data_identity, stream_position
+from tinylm.tasks.data_file import DEFAULT_MAX_MIB
 from tinylm.tasks.text import token_cache
-from tinylm.tasks.text.corpus import (
-    REPLACE_FIX,
-    Corpus,
-    bad_byte_error,
-    codec_problems,
-    download,
-    missing_data_file,
-    warn_notes,
-)
+from tinylm.tasks.text.corpus import Corpus, download
 from tinylm.tasks.text.tokens import encode_ids, tokenize
-from tinylm.textfile import MIB, as_lines, read_capped_bytes
+from tinylm.textfile import MIB
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CORPUS = "attention_zh.txt"
-DEFAULT_MAX_MIB = 1024  # data.max_mib: far above any corpus a CPU trains on, far below a runaway read
-IDENTITY_SLICE = 1 << 20  # ids hashed at a time by data_identity
+
 
 
 def default_corpus_path() -> Path:
     """The small Chinese text about attention that ships inside the package."""
     return Path(str(resources.files("tinylm") / "corpus" / DEFAULT_CORPUS))
-
-
-def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:
-    """The bytes of the data file: a regular file of at most ``max_mib`` MiB, or one clear TinyLMError."""
-    if not path.exists():
-        raise TinyLMError(missing_data_file(path))
-    return read_capped_bytes(path, "data.path", max_mib, "data.max_mib")
-
-
-def decode_text(raw: bytes, path: Path, encoding: str = "utf-8", errors: str = "strict",
-                bad_bytes_fix: str = REPLACE_FIX) -> str:
-    """Decode a data file's bytes; drop a leading byte order mark and read CRLF line endings as LF.
-
-    A BOM is a marker, not text. Windows line endings would otherwise put a ``\\r`` symbol before
-    every newline the model learns; lone CRs and NUL characters are kept (they may mean something)
-    but reported in one warning, as they usually mean a wrong encoding or a binary file.
-    A byte that does not decode is one error naming it, its line, and two fixes: ``data.encoding``
-    or ``bad_bytes_fix``.
-    """
-    if problems := codec_problems(encoding, errors):
-        raise TinyLMError("; ".join(problems))
-    try:
-        text = raw.decode(encoding, errors=errors)
-    except UnicodeDecodeError as e:
-        raise bad_byte_error(path, encoding, raw, e, 0, 0, bad_bytes_fix) from None
-    text, crlf = as_lines(text)
-    if not text:
-        raise TinyLMError(f"data file is empty: {path} (give it some text to learn from)")
-    warn_notes(path, crlf, text.count("\r"), text.count("\0"))
-    return text
-
-
-def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "strict",
-              max_mib: float = DEFAULT_MAX_MIB) -> str:
-    """Read a text file, turning every way it can go wrong into one clear TinyLMError."""
-    path = Path(path)
-    return decode_text(read_data_bytes(path, max_mib), path, encoding, errors)
 
 
 def encode_array(tokenizer: Tokenizer, text: str) -> torch.Tensor:
@@ -98,38 +52,6 @@ def gather_windows(ids: torch.Tensor, offsets: torch.Tensor, block_size: int):
     return windows[:, :-1], windows[:, 1:]
 
 
-def data_identity(*parts) -> dict:
-    """What a checkpoint records of its data (``tinylm.training.module``), so that a resume on an edited text
-    can tell: the token count and a SHA-256 of the ids of each part (training, validation), in order.
-    Not the path: a shared checkpoint should not reveal it."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(len(part).to_bytes(8, "little"))
-        for start in range(0, len(part), IDENTITY_SLICE):  # a few MiB at a time, however long the part
-            digest.update(np.asarray(part[start : start + IDENTITY_SLICE], dtype=np.int64).tobytes())
-    return {"tokens": sum(len(part) for part in parts), "sha256": digest.hexdigest()}
-
-
-class SeededBatches(IterableDataset):
-    """An endless stream of training batches; batch ``s`` depends only on (seed, rank, s), so a
-    resumed run (``start_step``) draws exactly what an uninterrupted one would. ``draw(generator)``
-    makes one batch."""
-
-    def __init__(self, seed, rank=0, start_step=0):
-        self.seed, self.rank, self.start_step = seed, rank, start_step
-
-    def draw(self, generator: torch.Generator):
-        raise NotImplementedError
-
-    def __iter__(self):
-        generator = torch.Generator()
-        step = self.start_step
-        while True:
-            generator.manual_seed(hash((self.seed, self.rank, step)) & 0x7FFF_FFFF_FFFF_FFFF)
-            yield self.draw(generator)
-            step += 1
-
-
 class RandomWindows(SeededBatches):
     """Random windows of a token stream: x, y (B, T) per batch."""
 
@@ -141,17 +63,6 @@ class RandomWindows(SeededBatches):
         high = len(self.ids) - self.block_size  # valid offsets: 0 .. len - T - 1
         offsets = torch.randint(high, (self.batch_size,), generator=generator)
         return gather_windows(self.ids, offsets, self.block_size)
-
-
-def stream_position(trainer) -> tuple[int, int]:
-    """(rank, step) a training stream starts at: where a resumed run left off."""
-    return (trainer.global_rank, trainer.global_step) if trainer is not None else (0, 0)
-
-
-def batch_loader(batches) -> DataLoader:
-    """Batches as they are (no collation), with the loader's own generator: creating its iterator
-    must not draw from the global RNG (dropout's)."""
-    return DataLoader(batches, batch_size=None, generator=torch.Generator())
 
 
 class TextDataModule(L.LightningDataModule):

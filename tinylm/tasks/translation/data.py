@@ -20,15 +20,8 @@ from torch.utils.data import DataLoader
 
 from tinylm.errors import TinyLMError
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
-from tinylm.tasks.text.data import (
-    DEFAULT_MAX_MIB,
-    SeededBatches,
-    batch_loader,
-    data_identity,
-    decode_text,
-    read_data_bytes,
-    stream_position,
-)
+from tinylm.tasks.data import SeededBatches, batch_loader, data_identity, stream_position
+from tinylm.tasks.data_file import DEFAULT_MAX_MIB, decode_text, read_data_bytes
 from tinylm.tasks.translation.batches import collate, collate_decoder_only
 from tinylm.tasks.translation.numbers_zh import numbers_zh_pairs
 from tinylm.tokenizer import CharTokenizer
@@ -150,7 +143,7 @@ class PairDataModule(L.LightningDataModule):
         n_val = max(1, int(len(fitting) * self.val_fraction))
         examples = [(self.tokenizer.encode(s), self.tokenizer.encode(t)) for s, t in fitting]
         self.train_examples, self.val_examples = examples[n_val:], examples[:n_val]
-        # each pair as its source ids, -1, its target ids, -2: one sequence per split (text.data.data_identity)
+        # each pair as its source ids, -1, its target ids, -2: one sequence per split (tinylm.tasks.data.data_identity)
         self.identity = data_identity(*([i for s, t in split for i in (*s, -1, *t, -2)]
                                         for split in (self.train_examples, self.val_examples)))
 
