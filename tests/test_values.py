@@ -10,6 +10,7 @@ from tinylm.values import (
     POSITIVE_NUMBER,
     Option,
     check_options,
+    choice,
     integer,
     is_int,
     is_number,
@@ -94,6 +95,15 @@ def test_check_options_refuses_the_first_bad_option_in_one_line():
         check_options({"seed": 3, "beam_size": 0}, OPTIONS)
     with pytest.raises(TinyLMError, match=r"^seed='x' must be an integer, or null for a fresh one$"):
         check_options({"seed": "x", "beam_size": 0}, OPTIONS)
+
+
+def test_a_choice_names_each_option_and_what_it_means():
+    split = choice({"val": "training's validation split", "all": "the whole text"})
+    assert split("val") is None and split(1) is not None
+    assert split("test") == ": choose val (training's validation split) or all (the whole text)"
+    assert choice({"a": "1", "b": "2", "c": "3"})("d") == ": choose a (1), b (2) or c (3)"
+    with pytest.raises(TinyLMError, match=r"^split='test': choose val \(training's validation split\) or all"):
+        check_options({"split": "test"}, [Option("split", split)])
 
 
 def test_one_line_collapses_an_exception_and_cuts_it_when_asked():

@@ -139,12 +139,6 @@ def run_command(run: Callable[[DictConfig], object], cfg: DictConfig) -> None:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
-def check_threads(threads: object) -> None:
-    """``threads=`` of a command that runs a checkpoint: torch's intra-op threads, an integer >= 1 or null."""
-    if threads is not None and (type(threads) is not int or threads < 1):
-        raise TinyLMError(f"threads={threads!r} must be an integer >= 1, or null")
-
-
 def checkpoint_from_config(cfg: DictConfig) -> Chosen:
     """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names, and
     why (``tinylm.checkpoint.Chosen``)."""

@@ -5,8 +5,8 @@
   character. ``str.isdigit`` is true for superscripts that ``int`` refuses (``'²'.isdigit()``, then
   ``int('²')`` raises), so a number is a number exactly when ``int`` takes it;
 - rules (``Rule``: a value -> what is wrong with it, ``"must be ..."``, or None): ``integer``, ``number``,
-  ``one_of``, ``nullable``, ``text`` and ``rule`` for any other test, with ``POSITIVE_INT`` and
-  ``POSITIVE_NUMBER``;
+  ``one_of``, ``choice`` (names and what each means), ``nullable``, ``text`` and ``rule`` for any other
+  test, with ``POSITIVE_INT`` and ``POSITIVE_NUMBER``;
 - ``Option`` and ``check_options``: a command's options described once, as a table of rules, and checked
   in one place, the first bad one refused in one line ``key=value must be ...``;
 - ``one_line``: an exception (or a text) as one line for an ``error:`` line, cut short if asked.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tinylm.errors import TinyLMError
 
-Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ..."), or None
+Rule = Callable[[object], str | None]  # a value -> what is wrong with it ("must be ...", ": choose ..."), or None
 SHORT = 200  # characters of an exception's message an error: line keeps when it is cut short (one_line)
 
 
@@ -97,6 +97,13 @@ def one_of(*options) -> Rule:
     return rule(lambda v: any(type(v) is type(o) and v == o for o in options), f"one of {names}")
 
 
+def choice(meanings: Mapping[str, str]) -> Rule:
+    """One of the names of ``meanings`` (name -> what it means), said as ": choose a (...) or b (...)"."""
+    said = [f"{name} ({meaning})" for name, meaning in meanings.items()]
+    listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+    return lambda v: None if isinstance(v, str) and v in meanings else f": choose {listed}"
+
+
 def nullable(check: Rule, words: str = " or null") -> Rule:
     """``check``, or None; ``words`` follow what the value must be."""
     return lambda v: None if v is None or check(v) is None else f"{check(v)}{words}"
@@ -118,12 +125,13 @@ class Option:
 
 
 def check_options(values: Mapping, options: Iterable[Option]) -> None:
-    """Raise one TinyLMError line ``key=value must be ...`` for the first of ``options`` whose value in
-    ``values`` (a config, a dict) breaks its rule."""
+    """Raise one TinyLMError line ``key=value must be ...`` (``key=value: choose ...``) for the first of
+    ``options`` whose value in ``values`` (a config, a dict) breaks its rule."""
     for option in options:
         value = values[option.key]
         if problem := option.rule(value):
-            raise TinyLMError(f"{option.key}={value!r} {problem}{option.hint}")
+            said = problem if problem.startswith(":") else f" {problem}"
+            raise TinyLMError(f"{option.key}={value!r}{said}{option.hint}")
 
 
 def one_line(error: BaseException | str, limit: int | None = None) -> str:

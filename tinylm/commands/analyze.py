@@ -29,22 +29,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import check_out_dir, check_threads, checkpoint_from_config, run_command, writing_into
+from tinylm.cli import check_out_dir, checkpoint_from_config, run_command, writing_into
 from tinylm.commands import CONF_DIR, launch
+from tinylm.commands.options import ANALYZE
 from tinylm.errors import TinyLMError
+from tinylm.values import check_options
 
 TEXT_KEYS = ("text", "corrupt_text", "target")  # free text, taken literally
 PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
-
-
-def check_options(cfg: DictConfig) -> None:
-    """Reject bad values before the checkpoint is even looked for (and torch imported)."""
-    if type(cfg.induction_draws) is not int or cfg.induction_draws < 1:
-        raise TinyLMError(f"induction_draws={cfg.induction_draws!r} must be an integer >= 1 (random strings to "
-                          "average the induction score over)")
-    if type(cfg.seed) is not int:
-        raise TinyLMError(f"seed={cfg.seed!r} must be an integer (it draws the random strings)")
-    check_threads(cfg.threads)
 
 
 def check_ablation(ablation: object) -> None:
@@ -72,7 +64,7 @@ def require_heads(loaded) -> None:
 
 
 def run(cfg: DictConfig) -> dict:
-    check_options(cfg)
+    check_options(cfg, ANALYZE)  # before the checkpoint is even looked for (and torch imported)
     path, why = checkpoint_from_config(cfg)
     out_dir = Path(hydra.utils.to_absolute_path(cfg.out_dir)) if cfg.out_dir else default_out_dir(path)
     check_out_dir(out_dir)  # torch is imported once there is a checkpoint to load and a folder to write into

@@ -24,29 +24,22 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.cli import check_threads, checkpoint_from_config, resolve_path, run_command
+from tinylm.cli import checkpoint_from_config, resolve_path, run_command
 from tinylm.commands import CONF_DIR, launch
+from tinylm.commands.options import EVALUATE
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task
 from tinylm.tasks.data_file import missing_data_file
+from tinylm.values import check_options, one_line
 
 PATH_KEYS = ("ckpt_path", "run_dir", "data.path", "paths.log_dir")
-SPLITS = ("val", "all")
 DATA_KEYS = ("path", "val_fraction", "repeat", "encoding", "errors", "max_mib")  # conf/evaluate.yaml's data keys
 DEFAULT_SEED = 1337  # conf/train.yaml's seed: what a checkpoint without a run config was most likely drawn with
 
 
-def check_options(cfg: DictConfig) -> None:
-    """Reject bad values before the checkpoint is even looked for."""
-    if cfg.split not in SPLITS:
-        raise TinyLMError(f"split={cfg.split!r}: choose val (training's validation split) or all (the whole text)")
-    if cfg.stride is not None and (type(cfg.stride) is not int or cfg.stride < 1):
-        raise TinyLMError(f"stride={cfg.stride!r} must be an integer from 1 to the model's block_size, "
-                          "or null for block_size // 2")
-    if type(cfg.batch_size) is not int or cfg.batch_size < 1:
-        raise TinyLMError(f"batch_size={cfg.batch_size!r} must be an integer >= 1 (windows per forward pass)")
-    check_threads(cfg.threads)
+def check_data_path(cfg: DictConfig) -> None:
+    """Refuse a data.path that names nothing before the checkpoint is even looked for."""
     path = resolve_path(cfg.data.path)
     if path is not None and not glob.has_magic(path) and not Path(path).exists():  # a glob is the data module's
         raise TinyLMError(missing_data_file(path))
@@ -66,7 +59,7 @@ def run_config(checkpoint: Path) -> DictConfig | None:
             if (hydra_dir / "hydra.yaml").is_file() else None
     except Exception as e:  # yaml, interpolation and key errors of a damaged or hand-edited file
         raise TinyLMError(f"{hydra_dir / 'config.yaml'} could not be read ({type(e).__name__}: "
-                          f"{' '.join(str(e).split())[:150]}): pass data.path=... and the data keys, "
+                          f"{one_line(e, 150)}): pass data.path=... and the data keys, "
                           "or fix that file") from None
     if data.get("path") and launched:  # relative paths were relative to where training was launched
         data["path"] = str(Path(launched) / data["path"])
@@ -90,11 +83,12 @@ def build_data(cfg: DictConfig, loaded, checkpoint: Path):
                                        **task.data_arguments(type(loaded.model)))
     except Exception as e:  # a key the data module does not take, a _target_ that does not import
         raise TinyLMError(f"the data config {data} cannot build a data module "
-                          f"({' '.join(str(e).split())[:150]})") from None
+                          f"({one_line(e, 150)})") from None
 
 
 def run(cfg: DictConfig) -> dict:
-    check_options(cfg)
+    check_options(cfg, EVALUATE)  # before the checkpoint is even looked for
+    check_data_path(cfg)
     path, why = checkpoint_from_config(cfg)  # torch is imported once there is a checkpoint to load
     import torch
 

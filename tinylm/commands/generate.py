@@ -25,15 +25,16 @@ from functools import partial
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 
-from tinylm.cli import check_threads, checkpoint_from_config, run_command
+from tinylm.cli import checkpoint_from_config, run_command
 from tinylm.commands import CONF_DIR, launch
+from tinylm.commands.options import GENERATE
 from tinylm.console import Sampler, print_samples, unescape
 from tinylm.errors import TinyLMError
-from tinylm.generation.prompting import validate_sampling
 from tinylm.tasks import get_task
 from tinylm.textfile import as_lines, read_capped_bytes
+from tinylm.values import check_options
 
 TEXT_KEYS = ("prompt", "stop")  # free text on the command line, taken literally (\n, \t unescaped)
 PATH_KEYS = ("ckpt_path", "run_dir", "prompt_file", "paths.log_dir")  # quoted, never unescaped
@@ -49,22 +50,6 @@ def read_prompt(cfg: DictConfig) -> str:
     except UnicodeDecodeError as e:
         raise TinyLMError(f"prompt_file {path} cannot be read as UTF-8 text ({e})") from None
     return as_lines(text)[0]  # as training reads its text
-
-
-def check_options(cfg: DictConfig) -> None:
-    """Reject bad values before the checkpoint is even looked for."""
-    validate_sampling(cfg.temperature, cfg.top_k, cfg.top_p, cfg.max_new_tokens, cfg.num_samples)
-    if cfg.seed is not None and type(cfg.seed) is not int:
-        raise TinyLMError(f"seed={cfg.seed!r} must be an integer, or null for a fresh one")
-    check_threads(cfg.threads)
-    if type(cfg.use_cache) is not bool:
-        raise TinyLMError(f"use_cache={cfg.use_cache!r} must be true or false")
-    if type(cfg.prompt_max_mib) not in (int, float) or not 0 < cfg.prompt_max_mib < float("inf"):
-        raise TinyLMError(f"prompt_max_mib={cfg.prompt_max_mib!r} must be a number > 0 (MiB), e.g. 1")
-    if not isinstance(cfg.ablate, ListConfig | list) and cfg.ablate is not None:
-        raise TinyLMError(f"ablate={cfg.ablate!r} must be a list of layer.head, e.g. ablate=[0.2,1.3]")
-    if type(cfg.beam_size) is not int or cfg.beam_size < 1:
-        raise TinyLMError(f"beam_size={cfg.beam_size!r} must be an integer >= 1 (1: no beam search)")
 
 
 def is_onnx(cfg: DictConfig) -> bool:
@@ -97,7 +82,7 @@ def load_checkpoint(cfg: DictConfig):
 
 
 def run(cfg: DictConfig) -> None:
-    check_options(cfg)
+    check_options(cfg, GENERATE)  # before the checkpoint is even looked for
     prompt = read_prompt(cfg)
     seed = secrets.randbelow(2**31) if cfg.seed is None else cfg.seed
     if is_onnx(cfg):  # an ONNX file continues text

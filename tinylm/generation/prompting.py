@@ -14,33 +14,24 @@ from collections.abc import Iterable, Iterator
 
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import Tokenizer, say_skipped, unknown_characters
+from tinylm.values import Option, check_options, integer, nullable, number
 
 UNKNOWN_POLICIES = ("error", "skip")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+SAMPLING = (  # the sampling settings, as generate.py's options (tinylm.commands.options) and arguments
+    Option("temperature", number(0, finite=False), ": use 0 for greedy, 1 for plain sampling"),
+    Option("top_k", nullable(integer(1), ": or null to keep every token")),
+    Option("top_p", nullable(number(0, 1, "(]", wanted="in (0, 1]"), ": e.g. 0.9, or null to turn it off")),
+    Option("max_new_tokens", integer(0)),
+    Option("num_samples", integer(1)),
+)
 
 
 def validate_sampling(temperature=1.0, top_k=None, top_p=None, max_new_tokens=0, num_samples=1):
     """Raise one TinyLMError line for a sampling setting that makes no sense."""
-    if not _is_number(temperature) or not temperature >= 0:  # NaN fails >= too
-        raise TinyLMError(
-            f"temperature={temperature!r} must be a number >= 0: "
-            "use 0 for greedy, 1 for plain sampling"
-        )
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise TinyLMError(f"top_k={top_k!r} must be an integer >= 1: or null to keep every token")
-    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
-        raise TinyLMError(f"top_p={top_p!r} must be in (0, 1]: e.g. 0.9, or null to turn it off")
-    if not _is_int(max_new_tokens) or max_new_tokens < 0:
-        raise TinyLMError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
-    if not _is_int(num_samples) or num_samples < 1:
-        raise TinyLMError(f"num_samples={num_samples!r} must be an integer >= 1")
+    check_options({"temperature": temperature, "top_k": top_k, "top_p": top_p, "max_new_tokens": max_new_tokens,
+                   "num_samples": num_samples}, SAMPLING)
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str, unknown: str = "error") -> list[int]:
