@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, entry_point
 
 from tinylm.errors import TinyLMError
-from tinylm.tasks.text.corpus import download
+from tinylm.tasks.data_file import download
 
 HEAVY = ("torch", "lightning")
 NO_RUN = "error: no run with checkpoints under {log_dir} (looked in runs/*/checkpoints, multirun/*/*/checkpoints)"

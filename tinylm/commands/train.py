@@ -34,7 +34,7 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
     from tinylm.cli import resolve_path
     from tinylm.precheck import composed, is_multirun
     from tinylm.run_folder import find_checkpoint
-    from tinylm.tasks.text.corpus import download
+    from tinylm.tasks.data_file import download
     from tinylm.training.config_checks import READS_DATA_PATH, validate
 
     try:

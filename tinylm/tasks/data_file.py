@@ -1,11 +1,14 @@
 """Reading a data file's text, as every task's data module does, free of torch: a regular file of at most
 ``data.max_mib`` MiB, decoded whole (``decode_text``: a leading byte order mark dropped, CRLF read as LF, one
-error line for a byte that does not decode); the lines the data modules and the commands' checks say of it."""
+error line for a byte that does not decode), downloaded first when the config gives its ``data.url``
+(``download``); the lines the data modules and the commands' checks say of it."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import urllib.request
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
@@ -48,6 +51,26 @@ def bad_byte_error(path: Path, encoding: str, raw: bytes, error: UnicodeDecodeEr
 def missing_data_file(path) -> str:
     """What the data module and the quick config check say of a data.path that names nothing."""
     return f"data file not found: {path} (set data.path to an existing text file)"
+
+
+def download(url: str, dest: Path, sha256: str | None) -> None:
+    """Download ``url`` to ``dest`` once (atomically), checking its SHA-256 when given. When it cannot
+    (offline, a proxy), one line says where the file is looked for: put there by hand, it is used as it is."""
+    tmp = dest.with_name(dest.name + ".part")
+    print(f"downloading {url} -> {dest}", flush=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+            f.write(response.read())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise TinyLMError(f"could not download {url} ({e}): save that file as {dest} (where data.path looks) and "
+                          "run the same command again, or pass data.path=FILE to train on another text") from None
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    if sha256 and digest != sha256:
+        tmp.unlink()
+        raise TinyLMError(f"checksum mismatch for {url}: got {digest}, expected {sha256}")
+    os.replace(tmp, dest)
 
 
 def read_data_bytes(path: Path, max_mib: float = DEFAULT_MAX_MIB) -> bytes:

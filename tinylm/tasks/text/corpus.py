@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import codecs
 import glob
-import hashlib
 import logging
-import os
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,26 +27,6 @@ SEPARATOR = "\n\n"  # between two files of a folder or glob: the end of one and 
 CHUNK_BYTES = 16 * MIB  # what a file is read by
 PROGRESS_MIN_BYTES = 64 * MIB  # a smaller text is read in well under a second: no progress line
 
-
-
-def download(url: str, dest: Path, sha256: str | None) -> None:
-    """Download ``url`` to ``dest`` once (atomically), checking its SHA-256 when given. When it cannot
-    (offline, a proxy), one line says where the file is looked for: put there by hand, it is used as it is."""
-    tmp = dest.with_name(dest.name + ".part")
-    print(f"downloading {url} -> {dest}", flush=True)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
-            f.write(response.read())
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise TinyLMError(f"could not download {url} ({e}): save that file as {dest} (where data.path looks) and "
-                          "run the same command again, or pass data.path=FILE to train on another text") from None
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    if sha256 and digest != sha256:
-        tmp.unlink()
-        raise TinyLMError(f"checksum mismatch for {url}: got {digest}, expected {sha256}")
-    os.replace(tmp, dest)
 
 
 def corpus_files(path: Path) -> list[Path]:

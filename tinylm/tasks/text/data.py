@@ -23,9 +23,9 @@ from torch.utils.data import DataLoader
 
 from tinylm.errors import TinyLMError
 from tinylm.tasks.data import SeededBatches, batch_loader, data_identity, stream_position
-from tinylm.tasks.data_file import DEFAULT_MAX_MIB
+from tinylm.tasks.data_file import DEFAULT_MAX_MIB, download
 from tinylm.tasks.text import token_cache
-from tinylm.tasks.text.corpus import Corpus, download
+from tinylm.tasks.text.corpus import Corpus
 from tinylm.tasks.text.tokens import encode_ids, tokenize
 from tinylm.textfile import MIB
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
