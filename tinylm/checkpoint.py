@@ -23,6 +23,7 @@ from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR, TRAIN_HINT, read_recor
 from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.base import LoadedModel
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
+from tinylm.values import SHORT, one_line
 
 if TYPE_CHECKING:
     from tinylm.models import LanguageModel, ModelConfig
@@ -101,7 +102,7 @@ def refusing_invalid(path: str | Path) -> Iterator[None]:
     except (NotImported, TinyLMError) as e:  # a class not imported, a model too big for this machine
         raise TinyLMError(f"checkpoint {path}: {e}") from None
     except (TypeError, ValueError, KeyError, RuntimeError) as e:
-        reason = " ".join(str(e).split())[:200] or type(e).__name__  # one line, kept short
+        reason = one_line(e, SHORT)
         raise TinyLMError(
             f"checkpoint {path} is not a valid tinylm checkpoint: {reason}: "
             "use a checkpoint saved by tinylm's train.py"

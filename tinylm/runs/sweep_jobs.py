@@ -15,6 +15,7 @@ from tinylm.errors import TinyLMError
 from tinylm.run_folder import CLAIM, ERROR, HYDRA_DIR, LAST_CHECKPOINT, read_marker
 from tinylm.runs.folder import original_overrides
 from tinylm.runs.job_files import describe, job_status, read_metrics
+from tinylm.values import one_line
 
 MISSING, UNREADABLE_OVERRIDES = "missing", f"unreadable {HYDRA_DIR}/overrides.yaml"
 
@@ -53,7 +54,7 @@ def note(folder: Path, status: str, metrics: dict | None) -> str:
         return f"not started yet by the sweep of {describe(claim)}"
     if (folder / ERROR).is_file():
         try:  # the job's one error line; a damaged file is shown as far as it reads
-            return " ".join((folder / ERROR).read_text(encoding="utf-8", errors="replace").split())[:300]
+            return one_line((folder / ERROR).read_text(encoding="utf-8", errors="replace"), 300)
         except OSError as e:
             return f"{ERROR} cannot be read ({e.strerror or e})"
     if marker is not None:  # left behind by a job that was killed

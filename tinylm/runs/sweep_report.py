@@ -37,6 +37,7 @@ from tinylm.run_folder import CLAIM, CONF_DIR, ERROR, HYDRA_DIR, LAST_CHECKPOINT
 from tinylm.runs.folder import composed_log_dir, newest_sweep_dir
 from tinylm.runs.job_files import expected_jobs
 from tinylm.runs.sweep_jobs import MISSING, Job, as_dict, read_job, short
+from tinylm.values import one_line
 
 # metrics.json fields shown, in column order
 METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_params", "tokens_per_second",
@@ -122,7 +123,7 @@ def cell(name: str, value) -> str:
         return ""
     if name in FORMATS:
         return FORMATS[name].format(value)
-    return " ".join(short(str(value)).split()).replace("|", "\\|")
+    return one_line(short(str(value))).replace("|", "\\|")
 
 
 def status_counts(jobs: list[Job]) -> str:
