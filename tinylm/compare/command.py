@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 from tinylm.compare.report import write_report
-from tinylm.compare.runner import ROOT, TRAIN_SCRIPT, run_comparison
+from tinylm.compare.runner import run_comparison
 from tinylm.compare.spec import comparisons
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import use_project_root
 from tinylm.tasks.data_file import read_text
 
 # what `all` runs: not seq2seq (other data), nor tricks (several seeds of eleven variants: a budget of its own)
@@ -50,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-chars", type=int, help="train on the first N characters of --data only")
     parser.add_argument("--bpe-vocab-size", type=int, default=512, help="BPE vocabulary (default 512)")
     parser.add_argument("--seeds", type=int, default=3, help="tricks: runs per variant, seeds 1..N (default 3)")
-    parser.add_argument("--out", default=str(ROOT / "outputs" / "compare"), help="report folder")
+    parser.add_argument("--out", default=str(use_project_root() / "outputs" / "compare"), help="report folder")
     parser.add_argument("--rerun", action="store_true", help="train again even where a run exists")
     parser.add_argument("overrides", nargs="*", help="train.py overrides for every run, e.g. model.n_embd=32")
     args = parser.parse_intermixed_args(argv)  # overrides may come before or after the options
@@ -69,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.seeds < 1 or (args.max_chars is not None and args.max_chars < 1):
             raise TinyLMError("--steps, --seeds and --max-chars must be positive integers")
-        if not TRAIN_SCRIPT.is_file():
-            raise TinyLMError(f"{TRAIN_SCRIPT} not found: run from a tinylm checkout (pip install -e .)")
         common = [
             f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={max(1, args.steps // 10)}",
             "trainer.enable_progress_bar=false", "callbacks=minimal",

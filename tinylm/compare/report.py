@@ -91,7 +91,7 @@ def translation_cells(run_dir: Path) -> dict[str, str]:
 def seeded_section(name: str, comparison: Comparison, out: Path) -> str:
     """The section of a comparison with seeds: mean ± sd per variant at equal steps and at equal wall time,
     the cost per step, and its curves.png (validation loss against steps and against seconds)."""
-    from tinylm.compare.runner import ROOT, seed_dirs
+    from tinylm.compare.runner import seed_dirs
     from tinylm.compare.scores import variant_scores
 
     names = [*comparison.variants, *(["combined"] if comparison.combine else [])]
@@ -99,7 +99,7 @@ def seeded_section(name: str, comparison: Comparison, out: Path) -> str:
     runs = {v: dirs for v, dirs in runs.items() if all((d / "metrics.json").exists() for d in dirs)}
     if not runs:
         return ""
-    scores = variant_scores(runs, ROOT)
+    scores = variant_scores(runs)
     base = scores.get(names[0])
     first = next(iter(runs.values()))[0]
     equal_time = next(iter(scores.values()))["equal_time"]

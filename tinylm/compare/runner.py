@@ -1,4 +1,4 @@
-"""Training the variants of a comparison, one train.py process each, reusing every finished run."""
+"""Training the variants of a comparison, one ``tinylm train`` process each, reusing every finished run."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from tinylm.cli import TRAIN_PATH_KEYS, quote_values
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.precheck import composed
+from tinylm.run_folder import CONF_DIR, use_project_root
 from tinylm.runs.folder import original_overrides
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = ROOT / "train.py"
+TRAIN_COMMAND = [sys.executable, "-m", "tinylm", "train"]  # as train.py runs it, in a checkout or installed
 
 
 def finished(run_dir: Path, overrides: list[str]) -> bool:
@@ -48,7 +48,7 @@ def training_config(overrides: list[str]) -> dict:
     """The train config these overrides compose to, as a run saves it (.hydra/config.yaml); one line for an
     override train.py would refuse (``tinylm.precheck``: a misspelled key, a config a group does not have)."""
     try:
-        cfg = composed("train", [str(TRAIN_SCRIPT), *overrides], ROOT / "conf")
+        cfg = composed("train", ["tinylm train", *overrides], CONF_DIR)
     except TinyLMError as e:
         raise TinyLMError(f"the train.py overrides do not fit the config: {e}") from None
     return without_paths({key: value for key, value in OmegaConf.to_container(cfg).items() if key != "hydra"})
@@ -73,8 +73,8 @@ def copy_run(source: Path, run_dir: Path, overrides: list[str]) -> None:
 
 def train(run_dir: Path, overrides: list[str]) -> str | None:
     """Run ``train.py`` into ``run_dir``; None on success, else its error line."""
-    cmd = [sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run_dir}", *overrides]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    cmd = [*TRAIN_COMMAND, f"hydra.run.dir={run_dir}", *overrides]
+    proc = subprocess.run(cmd, cwd=use_project_root(), capture_output=True, text=True)
     if proc.returncode == 0:
         return None
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -144,7 +144,7 @@ def combination(name: str, comparison: Comparison, out: Path) -> list[str]:
 
     means = {}
     for variant in comparison.variants:
-        losses = [evaluate_run(r, ROOT)["loss"] for r in seed_dirs(out, name, variant, comparison.seeds)]
+        losses = [evaluate_run(r)["loss"] for r in seed_dirs(out, name, variant, comparison.seeds)]
         means[variant] = sum(losses) / len(losses)
     baseline = means[next(iter(comparison.variants))]
     helping = sorted((v for v, m in means.items() if m < baseline), key=lambda v: -means[v])

@@ -23,7 +23,7 @@ from tinylm.run_folder import events_folder
 EVALUATION = "evaluate.json"
 
 
-def evaluate_run(run_dir: Path, root: Path) -> dict:
+def evaluate_run(run_dir: Path) -> dict:
     """``python evaluate.py ckpt_path=<run>/checkpoints/last.ckpt`` in this process: {"loss", "bpc", "tokens", ...}."""
     saved = run_dir / EVALUATION
     if saved.exists():
@@ -31,8 +31,9 @@ def evaluate_run(run_dir: Path, root: Path) -> dict:
     from hydra import compose, initialize_config_dir
 
     from tinylm.commands import evaluate
+    from tinylm.run_folder import CONF_DIR
 
-    with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("evaluate", overrides=[f"ckpt_path='{run_dir / 'checkpoints' / 'last.ckpt'}'"])
     with contextlib.redirect_stdout(io.StringIO()):
         result = evaluate.run(cfg)
@@ -69,7 +70,7 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def variant_scores(runs: dict[str, list[Path]], root: Path) -> dict[str, dict]:
+def variant_scores(runs: dict[str, list[Path]]) -> dict[str, dict]:
     """Per variant (its seed runs): evaluate.py losses at equal steps, loss/val at the equal wall time,
     ms per step; each a (mean, sd) pair, and the equal time itself."""
     metrics = {v: [json.loads((r / "metrics.json").read_text()) for r in rs] for v, rs in runs.items()}
@@ -79,7 +80,7 @@ def variant_scores(runs: dict[str, list[Path]], root: Path) -> dict[str, dict]:
         curves = [timed_curve(r) for r in run_dirs]
         scores[variant] = {
             "steps": metrics[variant][0]["steps"],
-            "loss_at_steps": mean_sd([evaluate_run(r, root)["loss"] for r in run_dirs]),
+            "loss_at_steps": mean_sd([evaluate_run(r)["loss"] for r in run_dirs]),
             "loss_at_time": mean_sd([value_at(t, v, equal_time) for t, v, _ in curves]),
             "ms_per_step": mean_sd([1000 * m["wall_seconds"] / m["steps"] for m in metrics[variant]]),
             "equal_time": equal_time, "curves": curves,
