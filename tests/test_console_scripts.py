@@ -97,4 +97,7 @@ def test_an_installed_package_trains_and_samples_with_run_folders_under_the_curr
     usage = subprocess.run([str(script), "train", "--help"], cwd=work, env=env, capture_output=True, text=True,
                            timeout=300)
     assert usage.returncode == 0 and "== Configuration groups ==" in usage.stdout  # Hydra's help of train
+    compare = subprocess.run([str(script), "compare", "--help"], cwd=work, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert compare.returncode == 0 and compare.stdout.startswith("usage: python -m tinylm.compare")
     assert sorted(p.name for p in work.iterdir()) == ["outputs"]

@@ -11,7 +11,7 @@ COMPARE = "compare"  # tinylm.compare: argparse options, not Hydra overrides
 def usage() -> str:
     width = max(map(len, [*COMMANDS, COMPARE]))
     lines = [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]
-    lines.append(f"  {COMPARE:<{width}}  train variants and compare them (python -m tinylm.compare; a checkout)")
+    lines.append(f"  {COMPARE:<{width}}  train variants and compare them (python -m tinylm.compare)")
     return ("usage: tinylm <command> [KEY=VALUE ...]\n\ncommands:\n" + "\n".join(lines) +
             "\n\n`tinylm <command> --help` lists a command's options.")
 
