@@ -113,8 +113,8 @@ def resolve_path(path: str | None) -> str | None:
 @contextmanager
 def few_collections():
     """Import torch and Lightning without the cyclic garbage collector: they make about a million objects,
-    and the collector sweeps them again and again as they come (1.2 s of a 7 s ``import lightning`` on the
-    2-core AMD EPYC). Afterwards what was imported is frozen out of later collections (``gc.freeze``), only
+    and the collector sweeps them again and again as they come (what that costs: docs/performance.md).
+    Afterwards what was imported is frozen out of later collections (``gc.freeze``), only
     if something was: a sweep's next job in the same process imports nothing, and freezing then would keep
     the last job's uncollected garbage for good."""
     modules = len(sys.modules)
