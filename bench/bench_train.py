@@ -39,8 +39,9 @@ from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
+from tinylm.tasks import model_class_of, task_of_config
 from tinylm.tasks.text.data import TextDataModule
-from tinylm.training.fit import build_datamodule, build_module
+from tinylm.training.fit import Run, build_datamodule, build_module
 from tinylm.training.module import LitLanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,14 +116,19 @@ def train_config(cfg: dict, *extra: str) -> DictConfig:
         return compose("train", overrides=overrides)
 
 
+def run_of(cfg) -> Run:
+    """The run a composed training config describes, as ``tinylm.training.fit.prepare`` resolves it."""
+    return Run(cfg, task_of_config(cfg), model_class_of(cfg))
+
+
 def make_datamodule(cfg: dict) -> TextDataModule:
-    datamodule = build_datamodule(train_config(cfg))
+    datamodule = build_datamodule(run_of(train_config(cfg)))
     datamodule.prepare()
     return datamodule
 
 
 def make_module(cfg: dict, datamodule: TextDataModule, *extra: str) -> LitLanguageModel:
-    return build_module(train_config(cfg, *extra), datamodule)
+    return build_module(run_of(train_config(cfg, *extra)), datamodule)
 
 
 class StepTimer(L.Callback):

@@ -26,9 +26,10 @@ from tinylm.generation.sampling import generate
 from tinylm.models import ModelConfig, build_model
 from tinylm.models.base import Decoder
 from tinylm.models.checks import size_problems
+from tinylm.tasks import model_class_of, task_of_config
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import config_problems
-from tinylm.training.fit import build_module, instantiate_all, train
+from tinylm.training.fit import Run, build_module, instantiate_all, train
 from tinylm.training.module import adamw, warmup_cosine
 
 # ---------------------------------------------------------------------------------------------
@@ -162,13 +163,18 @@ def test_a_checkpoint_never_makes_tinylm_import_the_module_it_names(tmp_path):
     assert type(load_model(checkpoint_naming(tmp_path, TARGET)).model) is Bigram  # this module is imported
 
 
+def run_of(cfg) -> Run:
+    """The run a composed training config describes, as ``tinylm.training.fit.prepare`` resolves it."""
+    return Run(cfg, task_of_config(cfg), model_class_of(cfg))
+
+
 def test_model_arch_picks_lstm_or_gru_and_checkpoints_of_the_architectures_name_them_by_arch(tmp_path):
     for overrides, layer in ((["model=lstm"], nn.LSTM), (["model=lstm", "model.arch=gru"], nn.GRU)):
         cfg = compose(*overrides, output_dir=tmp_path)
         assert config_problems(cfg) == []
         datamodule = TextDataModule(block_size=cfg.model.block_size)
         datamodule.prepare()
-        module = build_module(cfg, datamodule)
+        module = build_module(run_of(cfg), datamodule)
         assert isinstance(module.model.rnn, layer)
         assert "_target_" not in module.hparams.model and module.hparams.model["arch"] == cfg.model.arch
     assert config_problems(compose("model.arch=lstm", output_dir=tmp_path)) == [
@@ -180,7 +186,7 @@ def test_the_optimizer_partial_gets_the_parameter_groups_and_the_hparams_stay_pl
     cfg = compose("optim.lr=0.002", output_dir=tmp_path)
     datamodule = TextDataModule(block_size=cfg.model.block_size)
     datamodule.prepare()
-    module = build_module(cfg, datamodule)
+    module = build_module(run_of(cfg), datamodule)
     optimizer = module.configure_optimizers()
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"]
     decay, no_decay = optimizer.param_groups
@@ -194,7 +200,7 @@ def test_the_optimizer_partial_gets_the_parameter_groups_and_the_hparams_stay_pl
     path = tmp_path / "hparams.pt"
     torch.save(dict(module.hparams), path)
     assert torch.load(path, weights_only=True)["model"] == module.hparams.model  # no partial, no class object
-    scheduled = build_module(compose("optim.decay_steps=10", "optim.warmup_steps=2", output_dir=tmp_path),
+    scheduled = build_module(run_of(compose("optim.decay_steps=10", "optim.warmup_steps=2", output_dir=tmp_path)),
                              datamodule).configure_optimizers()
     assert scheduled["lr_scheduler"]["interval"] == "step"
     assert scheduled["optimizer"].param_groups[0]["lr"] == pytest.approx(1e-3 * warmup_cosine(0, 2, 10, 0.1))

@@ -204,14 +204,16 @@ def test_compiled_model_keeps_its_parameter_names(tmp_path):
     """compile=true compiles in place: checkpoints load into a compiled model or a plain one."""
     from conftest import compose
 
+    from tinylm.tasks import model_class_of, task_of_config
     from tinylm.tasks.text.data import TextDataModule
-    from tinylm.training.fit import build_module
+    from tinylm.training.fit import Run, build_module
 
     cfg = compose("compile=true", "model.num_layers=1", output_dir=tmp_path)
     datamodule = TextDataModule(block_size=cfg.model.block_size)
     datamodule.prepare()
-    compiled = build_module(cfg, datamodule)
-    plain = build_module(compose("model.num_layers=1", output_dir=tmp_path), datamodule)
+    plain_cfg = compose("model.num_layers=1", output_dir=tmp_path)
+    compiled = build_module(Run(cfg, task_of_config(cfg), model_class_of(cfg)), datamodule)
+    plain = build_module(Run(plain_cfg, task_of_config(plain_cfg), model_class_of(plain_cfg)), datamodule)
     assert compiled.model._compiled_call_impl is not None  # compiled on first call, not here
     assert plain.model._compiled_call_impl is None
     assert "compile" not in compiled.hparams.model  # not part of what the model is

@@ -16,7 +16,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import build_model
 from tinylm.models.seq2seq import BEGIN_ID, END_ID, PAD_ID
 from tinylm.plots import figures as plotting
-from tinylm.tasks import is_encoder_decoder
+from tinylm.tasks import get_task, is_encoder_decoder
 from tinylm.tasks.translation.batches import collate_decoder_only
 from tinylm.tasks.translation.data import PairDataModule
 from tinylm.tasks.translation.decoding import beam_search, continue_sources, translate, translate_lines
@@ -157,7 +157,7 @@ def test_a_blank_source_line_gives_a_blank_translation(tmp_path, capsys):
     data.prepare()
     net = build_model({"arch": "seq2seq", "vocab_size": data.tokenizer.vocab_size, "block_size": 8,
                        "n_embd": 16, "num_heads": 2, "encoder_layers": 1, "decoder_layers": 1})
-    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), task="translation")
+    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), task=get_task("translation"))
     ckpt = save(tmp_path / "seq2seq.ckpt", module, 0)
     sources = tmp_path / "sources.txt"
     sources.write_text("十二\n\n二十\n", encoding="utf-8")
@@ -178,7 +178,7 @@ def overfitted_decoder_only_gpt(tmp_path) -> tuple[LitLanguageModel, int]:
     torch.manual_seed(0)
     net = build_model({"arch": "gpt", "vocab_size": data.tokenizer.vocab_size, "block_size": 10,
                        "n_embd": 32, "num_heads": 2, "num_layers": 2, "dropout": 0.0})
-    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), task="translation")
+    module = LitLanguageModel(net=net, tokenizer=data.tokenizer.state(), task=get_task("translation"))
     batch = collate_decoder_only(data.train_examples + data.val_examples)
     optimizer = torch.optim.AdamW(module.model.parameters(), lr=3e-3)
     for step in range(1, 801):  # noqa: B007 (the steps taken are returned)

@@ -28,7 +28,8 @@ from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.runs.folder import original_overrides
 from tinylm.runs.job_files import expected_jobs, job_status
 from tinylm.runs.sweep_report import main as report_main
-from tinylm.training.fit import build_datamodule
+from tinylm.tasks import model_class_of, task_of_config
+from tinylm.training.fit import Run, build_datamodule
 
 # tiny jobs: one torch thread each (a tiny model gains nothing from more, and extra threads spin
 # on a busy machine), checkpoints but no visualisation callbacks
@@ -415,7 +416,7 @@ def test_optuna_search_records_failed_trials_as_the_worst_and_goes_on(tmp_path, 
 def val_loss_of(run):
     """Mean loss of ``run``'s last.ckpt over the whole validation set, in this one process."""
     cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(Run(cfg, task_of_config(cfg), model_class_of(cfg)))
     datamodule.prepare()
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     model = GPT(GPTConfig(**ckpt["model_config"]))

@@ -16,13 +16,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
-from tinylm.tasks import get_task, refuse_derived, task_of_checkpoint, task_of_config, views_left_out
+from tinylm.tasks import get_task, model_class_of, refuse_derived, task_of_checkpoint, task_of_config, views_left_out
 from tinylm.tasks.text.attention import AttentionMaps
 from tinylm.tasks.text.probes import NextTokenProbes
 from tinylm.tasks.text.samples import SampleText
 from tinylm.tasks.translation.callbacks import TranslationMaps, TranslationSamples
 from tinylm.training.config_checks import config_problems
-from tinylm.training.fit import build_datamodule, train
+from tinylm.training.fit import Run, build_datamodule, train
 
 PAIRS = [("一", "1"), ("二", "2"), ("三", "3"), ("十", "10"), ("十一", "11"), ("十二", "12"), ("二十", "20"),
          ("三十", "30"), ("二十一", "21"), ("三十二", "32")]
@@ -100,8 +100,9 @@ def test_a_seq2seq_run_on_pairs_logs_the_translation_views_and_no_text_view(tmp_
 def test_a_gpt_on_pairs_is_decoder_only_and_logs_the_translation_views(tmp_path, pairs_path, monkeypatch, caplog):
     never_built(monkeypatch, TEXT_VIEWS)
     cfg = compose(*GPT_ON_PAIRS, *TINY, f"data.path={pairs_path}", output_dir=tmp_path / "run")
-    assert build_datamodule(cfg).decoder_only  # from the model's kind, configured nowhere
-    assert not build_datamodule(compose(*SEQ2SEQ, output_dir=tmp_path)).decoder_only
+    seq2seq = compose(*SEQ2SEQ, output_dir=tmp_path)
+    assert build_datamodule(Run(cfg, task_of_config(cfg), model_class_of(cfg))).decoder_only  # from the model's kind
+    assert not build_datamodule(Run(seq2seq, task_of_config(seq2seq), model_class_of(seq2seq))).decoder_only
     with caplog.at_level(logging.WARNING):
         train(cfg)
     found = tags(tmp_path / "run")

@@ -29,8 +29,8 @@ from tinylm.models.sizes import size_problem
 if TYPE_CHECKING:
     from tinylm.models.base import LanguageModel, ModelConfig
 
-__all__ = ["BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build", "build_model",
-           "config_class", "configured", "described", "model_class", "model_config", "model_config_problems", "model_spec"]
+__all__ = ["BUILT_IN", "LanguageModel", "ModelConfig", "NotImported", "build", "build_model", "config_class",
+           "configured", "described", "model_class", "model_config", "model_config_problems", "model_spec"]
 
 
 def __getattr__(name: str):

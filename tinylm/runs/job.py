@@ -105,7 +105,7 @@ def run(cfg: DictConfig) -> dict:
 
     try:
         share = thread_share()
-        prepare(cfg, share)
+        resolved = prepare(cfg, share)
         if share and not cfg.threads:
             log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
                      "parallel jobs (set threads= to choose)", share, HydraConfig.get().launcher.n_jobs)
@@ -114,7 +114,7 @@ def run(cfg: DictConfig) -> dict:
         in_the_run = not ckpt_path
         with holding(output_dir) if rank_zero_only.rank == 0 else nullcontext():
             with held_file_logs(hold=bool(ckpt_path)):
-                datamodule, module = build(cfg)
+                datamodule, module = build(resolved)
                 if ckpt_path:
                     step = check_resume(ckpt_path, module.hparams.model, module.tokenizer_state,
                                         datamodule.identity)
@@ -131,7 +131,7 @@ def run(cfg: DictConfig) -> dict:
                 (output_dir / ERROR).unlink(missing_ok=True)
                 for tmp in remove_partial_checkpoints(output_dir / CHECKPOINTS_DIR):
                     log.info("removed %s, a checkpoint half written when the run was killed", tmp)
-            metrics = fit(cfg, datamodule, module, output_dir, ckpt_path, starting=starting)
+            metrics = fit(resolved, datamodule, module, output_dir, ckpt_path, starting=starting)
             if rank_zero_only.rank == 0:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 write_json(output_dir / METRICS, metrics)

@@ -47,6 +47,9 @@ from tinylm.values import (
     text,
 )
 
+if typing.TYPE_CHECKING:
+    from tinylm.tasks.base import Task
+
 
 def batches(v) -> str | None:
     """Lightning's batch limits: a count of batches or a fraction of them."""
@@ -178,9 +181,9 @@ def devices_problem(trainer: DictConfig) -> str | None:
     return f"trainer.devices={devices!r} must be a positive integer or auto (GPUs: also -1 for all, or [0, 1, ...])"
 
 
-def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
+def config_problems(cfg: DictConfig, quick: bool = False, task: Task | None = None) -> list[str]:
     """Every problem with a training config, each one line naming the key and the fix; ``quick``: those
-    found without torch, in the same words and order."""
+    found without torch, in the same words and order. ``task``: the config's, when the caller has found it."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
     own_class = model.get("_target_") not in (None, *CHECKS)  # its module may import torch
     problems = [] if quick and own_class else model_config_problems({**model, "vocab_size": 1})
@@ -207,21 +210,22 @@ def config_problems(cfg: DictConfig, quick: bool = False) -> list[str]:
     if problem := learning_rate_monitor_problem(cfg):
         problems.append(problem)
     if not quick:
-        problems += task_problems(cfg)
-        if problem := muon_problem(cfg):
+        try:
+            model_class = model_class_of(cfg)
+        except ValueError:  # a model class that cannot be named is said by model_config_problems
+            model_class = None
+        problems += task_problems(cfg, task or task_of_config(cfg), model_class)
+        if problem := muon_problem(cfg, model_class):
             problems.append(problem)
         if problem := devices_problem(cfg.trainer):
             problems.append(problem)
     return problems + list(unknown.values())
 
 
-def task_problems(cfg: DictConfig) -> list[str]:
-    """What the task says of the model and the data together (``Task.config_problems``)."""
-    try:
-        model_class = model_class_of(cfg)
-    except ValueError:  # a model class that cannot be named is said by model_config_problems
-        return []
-    return task_of_config(cfg).config_problems(cfg, model_class)
+def task_problems(cfg: DictConfig, task: Task, model_class: type | None) -> list[str]:
+    """What the task says of the model and the data together (``Task.config_problems``); nothing without a
+    model class."""
+    return [] if model_class is None else task.config_problems(cfg, model_class)
 
 
 def has_residual_blocks(model_class: type) -> bool:
@@ -232,13 +236,9 @@ def has_residual_blocks(model_class: type) -> bool:
     return model_class.residual_layers is not LanguageModel.residual_layers
 
 
-def muon_problem(cfg: DictConfig) -> str | None:
+def muon_problem(cfg: DictConfig, model_class: type | None) -> str | None:
     """optim=muon with a model without residual blocks (an LSTM or GRU): nothing for Muon to train."""
-    if cfg.optim.get("_target_") != MUON:
-        return None
-    try:
-        model_class = model_class_of(cfg)
-    except ValueError:  # a model class that cannot be named is said by model_config_problems
+    if cfg.optim.get("_target_") != MUON or model_class is None:
         return None
     if has_residual_blocks(model_class):
         return None
@@ -287,8 +287,9 @@ def learning_rate_monitor_problem(cfg: DictConfig) -> str | None:
     return None
 
 
-def validate(cfg: DictConfig, quick: bool = False) -> None:
-    """Raise one TinyLMError listing every problem (``quick``: every one found without torch), or return quietly."""
-    problems = config_problems(cfg, quick)
+def validate(cfg: DictConfig, quick: bool = False, task: Task | None = None) -> None:
+    """Raise one TinyLMError listing every problem (``quick``: every one found without torch), or return quietly;
+    ``task``: the config's, when the caller has found it."""
+    problems = config_problems(cfg, quick, task)
     if problems:
         raise TinyLMError("invalid config: " + "; ".join(problems))

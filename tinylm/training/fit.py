@@ -1,8 +1,9 @@
 """The training job: config -> data -> model -> Trainer.fit -> metrics.
 
 ``train(cfg)`` is the whole job, in-process: what a test or a notebook calls with a composed
-config. Its steps are ``prepare`` (check the config, set the threads, seed), ``build`` (the data
-and the LightningModule) and ``fit`` (train, measure, return the metrics). The run manager's job
+config. Its steps are ``prepare`` (check the config, set the threads, seed; it resolves the config's task
+and model class once, into a ``Run`` the other steps take), ``build`` (the data and the LightningModule)
+and ``fit`` (train, measure, return the metrics). The run manager's job
 wrapper (``tinylm.runs.job``, behind ``train.py``) calls the steps itself: it claims the run
 folder, checks a resume between ``build`` and ``fit``, and writes the job's files. Nothing here
 imports the run manager.
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Collection
 from contextlib import nullcontext
 from pathlib import Path
+from typing import NamedTuple
 
 import hydra
 import lightning as L
@@ -29,13 +31,14 @@ from lightning.pytorch.callbacks import EarlyStopping, TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
+from tinylm import models
 from tinylm.callbacks.inspector import PeriodicInspector
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
-from tinylm.models import build_model
+from tinylm.models import LanguageModel, configured
 from tinylm.run_folder import CHECKPOINTS_DIR
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
-from tinylm.tasks.base import bits_per_char
+from tinylm.tasks.base import Task, bits_per_char
 from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
@@ -47,23 +50,34 @@ log = logging.getLogger(__name__)
 NOT_SETTINGS = ("ckpt_path", "paths", "callbacks", "logger", "threads", "compile")
 
 
-def build_datamodule(cfg: DictConfig) -> TextDataModule:
+class Run(NamedTuple):
+    """A training config and what it names, resolved once: its task and its model class."""
+
+    cfg: DictConfig
+    task: Task
+    model_class: type[LanguageModel]
+
+
+def build_datamodule(run: Run) -> TextDataModule:
     """The data group's ``_target_``, with the model's context length, the run's seed, the path as launched
     and what the task's data module takes from the model."""
+    cfg = run.cfg
     return hydra.utils.instantiate(cfg.data, path=resolve_path(cfg.data.path), block_size=cfg.model.block_size,
-                                   seed=cfg.seed, **task_of_config(cfg).data_arguments(model_class_of(cfg)))
+                                   seed=cfg.seed, **run.task.data_arguments(run.model_class))
 
 
-def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageModel:
-    """The LightningModule around the network ``model._target_`` names (with the data's vocabulary),
+def build_module(run: Run, datamodule: TextDataModule) -> LitLanguageModel:
+    """The LightningModule around the network of the run's model class (with the data's vocabulary),
     trained by the optimizer partial ``optim._target_`` names."""
+    cfg = run.cfg
     model = OmegaConf.to_container(cfg.model, resolve=True)
+    config = configured(run.model_class, {**model, "vocab_size": datamodule.tokenizer.vocab_size})
     module = LitLanguageModel(
-        net=build_model({**model, "vocab_size": datamodule.tokenizer.vocab_size}),
+        net=models.build(run.model_class, config),
         tokenizer=datamodule.tokenizer.state(),
         optimizer=hydra.utils.instantiate(cfg.optim, _convert_="all"),  # plain lists: checkpoints hold plain data
         chars_per_token=datamodule.val_chars_per_token,
-        task=task_of_config(cfg).name,
+        task=run.task,
     )
     module.data_identity = datamodule.identity  # recorded in its checkpoints
     if cfg.compile:
@@ -75,24 +89,28 @@ def build_module(cfg: DictConfig, datamodule: TextDataModule) -> LitLanguageMode
     return module
 
 
-def prepare(cfg: DictConfig, threads: int | None = None) -> None:
-    """Before anything is built: check the config, quiet Lightning's log, set PyTorch's threads and seed.
+def prepare(cfg: DictConfig, threads: int | None = None) -> Run:
+    """Before anything is built: check the config, quiet Lightning's log, set PyTorch's threads and seed;
+    the run the config describes.
 
     The threads are the config's ``threads=``, else ``threads`` (a parallel sweep job's share of the
     cores), else PyTorch's default; they are set before the first torch op starts its thread pool.
     """
-    validate(cfg)
+    task = task_of_config(cfg)
+    validate(cfg, task=task)
+    run = Run(cfg, task, model_class_of(cfg))
     quiet_lightning()
     if cfg.threads or threads:
         torch.set_num_threads(cfg.threads or threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    return run
 
 
-def build(cfg: DictConfig) -> tuple[TextDataModule, LitLanguageModel]:
+def build(run: Run) -> tuple[TextDataModule, LitLanguageModel]:
     """The data module, its text read and tokenized, and the LightningModule that trains on it."""
-    datamodule = build_datamodule(cfg)
+    datamodule = build_datamodule(run)
     datamodule.prepare()
-    return datamodule, build_module(cfg, datamodule)
+    return datamodule, build_module(run, datamodule)
 
 
 def train(cfg: DictConfig, ckpt_path: str | None = None) -> dict:
@@ -100,9 +118,9 @@ def train(cfg: DictConfig, ckpt_path: str | None = None) -> dict:
 
     ``ckpt_path`` continues a checkpoint, as it is (the run manager checks a resume first).
     """
-    prepare(cfg)
-    datamodule, module = build(cfg)
-    return fit(cfg, datamodule, module, Path(cfg.paths.output_dir), resolve_path(ckpt_path))
+    run = prepare(cfg)
+    datamodule, module = build(run)
+    return fit(run, datamodule, module, Path(cfg.paths.output_dir), resolve_path(ckpt_path))
 
 
 def instantiate_all(group: DictConfig | None, leave_out: Collection[str] = ()) -> list:
@@ -165,7 +183,7 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
+def fit(run: Run, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
         ckpt_path: str | None, starting: Callable[[], object] | None = None) -> dict:
     """Trainer.fit for the run in ``output_dir``, from ``ckpt_path`` if given; return its metrics.
 
@@ -173,12 +191,13 @@ def fit(cfg: DictConfig, datamodule: TextDataModule, module: LitLanguageModel, o
     line follow the fit (rank 0). ``starting`` is called right before Trainer.fit: what is refused
     before it (a callback's bad option) was refused before training started.
     """
+    cfg = run.cfg
     log.info("data: %s", datamodule.summary())
     print(module.model.format_parameter_table())
     loggers = instantiate_all(cfg.get("logger"))
     interrupt = GracefulInterrupt()
     # the task's views and the shared ones: the other tasks' views are never built
-    callbacks = [*instantiate_all(cfg.get("callbacks"), leave_out=views_left_out(task_of_config(cfg))), interrupt]
+    callbacks = [*instantiate_all(cfg.get("callbacks"), leave_out=views_left_out(run.task)), interrupt]
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
     )

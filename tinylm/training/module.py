@@ -27,8 +27,8 @@ import torch
 
 from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, model_config
-from tinylm.tasks import get_task
-from tinylm.tasks.base import bits_per_char
+from tinylm.tasks import DEFAULT_TASK, get_task
+from tinylm.tasks.base import Task, bits_per_char
 
 
 def score_tag(name: str) -> str:
@@ -91,18 +91,20 @@ class LitLanguageModel(L.LightningModule):
         tokenizer: dict,
         optimizer: Callable = adamw,
         chars_per_token: float = 1.0,
-        task: str = "text",
+        task: Task | None = None,
     ):
         """``net``: the network to train (``tinylm.models.build_model``); ``tokenizer``: its plain-data state;
         ``optimizer``: called with the parameter groups, it returns what ``configure_optimizers`` returns
         (an optimizer, or Lightning's dict with its schedule). ``task``: what the model learns
-        (``tinylm.tasks``), which scores it at each validation.
+        (``tinylm.tasks``; the text task when None), which scores it at each validation; its name is what the
+        checkpoints record.
         """
         super().__init__()
-        self.save_hyperparameters(ignore=["net", "optimizer"])
-        # what the network and the optimizer are, as plain data: a checkpoint holds no objects
-        self.save_hyperparameters({"model": model_config(net), "optim": optimizer_settings(optimizer)})
-        self.task = get_task(task)
+        self.task = task or get_task(DEFAULT_TASK)
+        self.save_hyperparameters(ignore=["net", "optimizer", "task"])
+        # what the task, the network and the optimizer are, as plain data: a checkpoint holds no objects
+        self.save_hyperparameters({"task": self.task.name, "model": model_config(net),
+                                   "optim": optimizer_settings(optimizer)})
         self.model = net
         self.optimizer = optimizer
         self.config = net.config
