@@ -322,7 +322,7 @@ def test_stream_text_holds_back_half_utf8_characters():
 
 def test_generate_py_imports_no_training_stack():
     code = (
-        "import sys; sys.path.insert(0, '.'); import generate; "
+        "import sys; sys.path.insert(0, '.'); import tinylm.commands.generate; "
         "print(sorted({m.split('.')[0] for m in sys.modules}"
         " & {'lightning', 'pytorch_lightning', 'tensorboard', 'matplotlib', 'torchmetrics'}))"
     )
