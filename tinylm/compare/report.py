@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.plots.rendering import save_png
-from tinylm.run_folder import events_folder
+from tinylm.run_folder import HYDRA_DIR, METRICS, events_folder
 from tinylm.runs.sweep_jobs import Job, read_job
 from tinylm.runs.sweep_report import markdown, split_overrides, table_rows
 
@@ -60,7 +60,7 @@ def curves_figure(runs: dict[str, Path], tag: str, title: str) -> Figure | None:
 
 def budget(run_dir: Path) -> str:
     """One line stating what every variant of a comparison was trained with, from a run's config."""
-    path = run_dir / ".hydra" / "config.yaml"
+    path = run_dir / HYDRA_DIR / "config.yaml"
     if not path.exists():
         return ""
     cfg = OmegaConf.load(path)
@@ -96,7 +96,7 @@ def seeded_section(name: str, comparison: Comparison, out: Path) -> str:
 
     names = [*comparison.variants, *(["combined"] if comparison.combine else [])]
     runs = {v: seed_dirs(out, name, v, comparison.seeds) for v in names}
-    runs = {v: dirs for v, dirs in runs.items() if all((d / "metrics.json").exists() for d in dirs)}
+    runs = {v: dirs for v, dirs in runs.items() if all((d / METRICS).exists() for d in dirs)}
     if not runs:
         return ""
     scores = variant_scores(runs)
@@ -104,7 +104,7 @@ def seeded_section(name: str, comparison: Comparison, out: Path) -> str:
     first = next(iter(runs.values()))[0]
     equal_time = next(iter(scores.values()))["equal_time"]
     lines = [f"## {comparison.title} (`{name}`)", "", comparison.note, "", budget(first).replace(
-        f", seed {OmegaConf.load(first / '.hydra' / 'config.yaml').seed}", f", seeds 1-{comparison.seeds}"),
+        f", seed {OmegaConf.load(first / HYDRA_DIR / 'config.yaml').seed}", f", seeds 1-{comparison.seeds}"),
         f"Equal steps: {base['steps'] if base else '?'} (evaluate.py, every validation position). Equal wall time: "
         f"{equal_time:.1f} s, the fastest run's whole training (training's loss/val, interpolated). "
         "Mean ± sd over the seeds; Δ: against the baseline's mean (negative: better).", "",
@@ -138,7 +138,7 @@ def seeded_section(name: str, comparison: Comparison, out: Path) -> str:
 
 def read_overrides(run_dir: Path, reference: Path) -> list[str]:
     """The overrides a run has beyond the reference run's (the combination's own)."""
-    theirs, ours = (list(OmegaConf.load(r / ".hydra" / "overrides.yaml")) for r in (reference, run_dir))
+    theirs, ours = (list(OmegaConf.load(r / HYDRA_DIR / "overrides.yaml")) for r in (reference, run_dir))
     return [o for o in ours if o not in theirs and not o.startswith("seed=")]
 
 

@@ -14,7 +14,7 @@ from tinylm.cli import TRAIN_PATH_KEYS, quote_values
 from tinylm.compare.spec import Comparison
 from tinylm.errors import TinyLMError
 from tinylm.precheck import composed
-from tinylm.run_folder import CONF_DIR, use_project_root
+from tinylm.run_folder import CONF_DIR, HYDRA_DIR, METRICS, use_project_root
 from tinylm.runs.folder import original_overrides
 
 TRAIN_COMMAND = [sys.executable, "-m", "tinylm", "train"]  # as train.py runs it, in a checkout or installed
@@ -30,13 +30,14 @@ def finished(run_dir: Path, overrides: list[str]) -> bool:
         return False
     saved = original_overrides(run_dir)
     if saved is None:
-        raise TinyLMError(f"{run_dir} is not a run folder (no .hydra/overrides.yaml): move it, or use another --out")
+        raise TinyLMError(f"{run_dir} is not a run folder (no {HYDRA_DIR}/overrides.yaml): move it, "
+                          "or use another --out")
     if saved != overrides:
         raise TinyLMError(
             f"{run_dir} holds a run with other settings ({' '.join(saved)}): "
             "pass --rerun to replace it, or another --out"
         )
-    metrics = run_dir / "metrics.json"
+    metrics = run_dir / METRICS
     return metrics.exists() and not json.loads(metrics.read_text()).get("interrupted")
 
 
@@ -56,9 +57,9 @@ def training_config(overrides: list[str]) -> dict:
 
 def same_run_elsewhere(out: Path, config: dict) -> Path | None:
     """A finished run in any comparison folder under ``out`` trained with exactly ``config``."""
-    for candidate in sorted(out.glob("*/*/.hydra/config.yaml")):
+    for candidate in sorted(out.glob(f"*/*/{HYDRA_DIR}/config.yaml")):
         run_dir = candidate.parent.parent
-        done = (run_dir / "metrics.json").exists() and not json.loads((run_dir / "metrics.json").read_text()).get(
+        done = (run_dir / METRICS).exists() and not json.loads((run_dir / METRICS).read_text()).get(
             "interrupted")
         if done and without_paths(OmegaConf.to_container(OmegaConf.load(candidate))) == config:
             return run_dir
@@ -68,7 +69,7 @@ def same_run_elsewhere(out: Path, config: dict) -> Path | None:
 def copy_run(source: Path, run_dir: Path, overrides: list[str]) -> None:
     """Reuse ``source`` (same config) as ``run_dir``, recording the overrides this variant asked for."""
     shutil.copytree(source, run_dir)
-    OmegaConf.save(OmegaConf.create(overrides), run_dir / ".hydra" / "overrides.yaml")
+    OmegaConf.save(OmegaConf.create(overrides), run_dir / HYDRA_DIR / "overrides.yaml")
 
 
 def train(run_dir: Path, overrides: list[str]) -> str | None:

@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-from tinylm.run_folder import events_folder
+from tinylm.run_folder import LAST_CHECKPOINT, METRICS, events_folder
 
 EVALUATION = "evaluate.json"
 
@@ -34,7 +34,7 @@ def evaluate_run(run_dir: Path) -> dict:
     from tinylm.run_folder import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("evaluate", overrides=[f"ckpt_path='{run_dir / 'checkpoints' / 'last.ckpt'}'"])
+        cfg = compose("evaluate", overrides=[f"ckpt_path='{run_dir / LAST_CHECKPOINT}'"])
     with contextlib.redirect_stdout(io.StringIO()):
         result = evaluate.run(cfg)
     saved.write_text(json.dumps(result))
@@ -50,7 +50,7 @@ def timed_curve(run_dir: Path) -> tuple[list[float], list[float], list[int]]:
     if "loss/val" not in events.Tags().get("scalars", []):
         return [], [], []
     points = sorted({e.step: (e.wall_time, e.value) for e in events.Scalars("loss/val")}.items())
-    total = json.loads((run_dir / "metrics.json").read_text())["wall_seconds"]
+    total = json.loads((run_dir / METRICS).read_text())["wall_seconds"]
     start = points[-1][1][0] - total  # the last validation ends the training's wall time
     return [w - start for _, (w, _) in points], [v for _, (_, v) in points], [s for s, _ in points]
 
@@ -73,7 +73,7 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 def variant_scores(runs: dict[str, list[Path]]) -> dict[str, dict]:
     """Per variant (its seed runs): evaluate.py losses at equal steps, loss/val at the equal wall time,
     ms per step; each a (mean, sd) pair, and the equal time itself."""
-    metrics = {v: [json.loads((r / "metrics.json").read_text()) for r in rs] for v, rs in runs.items()}
+    metrics = {v: [json.loads((r / METRICS).read_text()) for r in rs] for v, rs in runs.items()}
     equal_time = min(m["wall_seconds"] for ms in metrics.values() for m in ms)
     scores = {}
     for variant, run_dirs in runs.items():

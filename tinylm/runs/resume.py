@@ -29,7 +29,7 @@ from tinylm.checkpoint import model_parts, read_checkpoint, refusing_invalid
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
 from tinylm.models import config_class, model_class
-from tinylm.run_folder import HYDRA_DIR, find_checkpoint, latest_last_checkpoint, read_record
+from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR, find_checkpoint, latest_last_checkpoint, read_record
 from tinylm.runs.folder import check_overrides, composed_log_dir, original_overrides
 
 # settings a resume may change; everything else (model shape, data, seed, ...) is the run's own
@@ -75,7 +75,7 @@ def resume_entries(record: Path) -> list[dict]:
     except ValueError as e:
         raise TinyLMError(
             f"cannot read {record}: {e}; it records what the run's earlier resumes changed: restore it, or delete "
-            "it to resume with the run's own settings (its .hydra/overrides.yaml) and this command's changes only"
+            f"it to resume with the run's own settings (its {HYDRA_DIR}/overrides.yaml) and this command's changes only"
         ) from None
     return entries
 
@@ -123,7 +123,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     else:
         path = Path(os.path.abspath(os.path.expanduser(value)))
     run_dir = path.parent.parent
-    saved = saved_overrides(run_dir) if path.is_file() and path.parent.name == "checkpoints" else None
+    saved = saved_overrides(run_dir) if path.is_file() and path.parent.name == CHECKPOINTS_DIR else None
     new_ckpt = quote_values([f"ckpt_path={path}"], ("ckpt_path",))
     if saved is None:  # a loose checkpoint file: the command line says what to train
         return [argv[0], *flags, *(o.input_line for o in hydra_args + task), *new_ckpt]
@@ -139,7 +139,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     if refused:
         raise TinyLMError(
             f"cannot change {', '.join(refused)} when resuming {run_dir}: a resumed run keeps its own model, "
-            "data and seed (see its .hydra/overrides.yaml); a resume may change only trainer.*, optim.*, "
+            f"data and seed (see its {HYDRA_DIR}/overrides.yaml); a resume may change only trainer.*, optim.*, "
             "callbacks, logger, threads, compile and model.dropout/attn_impl. For other settings start a new "
             "run without ckpt_path"
         )

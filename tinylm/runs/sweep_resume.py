@@ -35,7 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tinylm.cli import quote_values
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import CLAIM, LAST_CHECKPOINT, MARKER, METRICS, read_marker
+from tinylm.run_folder import CLAIM, LAST_CHECKPOINT, LAST_NAME, MARKER, METRICS, read_marker
 from tinylm.runs.folder import composed_log_dir, newest_sweep_dir, original_overrides
 from tinylm.runs.job_files import (
     UNREADABLE,
@@ -112,7 +112,7 @@ class ResumingLauncher:
             if rerun:
                 counts = {k: sum(1 for p, _ in self.planned if p == k) for k in ("keep", "continue", "new")}
                 print(f"finishing sweep {self.sweep_dir}: {counts['keep']} job(s) finished (kept as they are), "
-                      f"{counts['continue']} interrupted (continue from their last.ckpt), {counts['new']} to run",
+                      f"{counts['continue']} interrupted (continue from their {LAST_NAME}), {counts['new']} to run",
                       flush=True)
             yield
         finally:

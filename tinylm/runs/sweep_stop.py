@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from tinylm.run_folder import LAST_NAME
 from tinylm.training.safety import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
 
 STOP_FILE = "interrupted.txt"  # in the sweep folder: Ctrl-C or SIGTERM stopped this sweep
@@ -34,7 +35,7 @@ def interrupt_stops_the_sweep(sweep_dir: Path) -> Iterator[None]:
     def first(signum, frame) -> None:
         mark_stopped(sweep_dir, signum)
         name = STOP_SIGNALS[signal.Signals(signum)]
-        print(f"\n{name}: the running jobs save their last.ckpt and stop; no new job starts "
+        print(f"\n{name}: the running jobs save their {LAST_NAME} and stop; no new job starts "
               f"({name} again to abort)", file=sys.stderr, flush=True)
         stop_at_once_next()
 

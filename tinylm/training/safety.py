@@ -128,7 +128,7 @@ class GracefulInterrupt(L.Callback):
         stop_at_once_next()
         self._requested = signum
         name = STOP_SIGNALS[signal.Signals(signum)]
-        print(f"\n{name}: stopping after this step and saving last.ckpt ({name} again to stop at once)", flush=True)
+        print(f"\n{name}: stopping after this step and saving {LAST_NAME} ({name} again to stop at once)", flush=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         requested = self._requested or 0
