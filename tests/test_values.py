@@ -6,10 +6,12 @@ import pytest
 
 from tinylm.errors import TinyLMError
 from tinylm.values import (
+    FLAG,
     POSITIVE_INT,
     POSITIVE_NUMBER,
     Option,
     check_options,
+    check_value,
     choice,
     integer,
     is_int,
@@ -20,6 +22,7 @@ from tinylm.values import (
     one_line,
     one_of,
     rule,
+    value_problem,
     whole_number,
 )
 
@@ -104,6 +107,15 @@ def test_a_choice_names_each_option_and_what_it_means():
     assert choice({"a": "1", "b": "2", "c": "3"})("d") == ": choose a (1), b (2) or c (3)"
     with pytest.raises(TinyLMError, match=r"^split='test': choose val \(training's validation split\) or all"):
         check_options({"split": "test"}, [Option("split", split)])
+
+
+def test_one_value_is_said_as_key_equals_value():
+    assert value_problem("model.n_embd", 0, POSITIVE_INT) == "model.n_embd=0 must be a positive integer"
+    assert value_problem("model.n_embd", 8, POSITIVE_INT) is None
+    assert value_problem("model.tied_head", "yes", FLAG) == "model.tied_head='yes' must be true or false"
+    check_value("HeadScores.draws", 2, integer(1))
+    with pytest.raises(TinyLMError, match=r"^HeadScores.draws=0 must be an integer >= 1 \(strings\)$"):
+        check_value("HeadScores.draws", 0, integer(1), " (strings)")
 
 
 def test_one_line_collapses_an_exception_and_cuts_it_when_asked():

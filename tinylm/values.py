@@ -6,9 +6,10 @@
   ``int('²')`` raises), so a number is a number exactly when ``int`` takes it;
 - rules (``Rule``: a value -> what is wrong with it, ``"must be ..."``, or None): ``integer``, ``number``,
   ``one_of``, ``choice`` (names and what each means), ``nullable``, ``text`` and ``rule`` for any other
-  test, with ``POSITIVE_INT`` and ``POSITIVE_NUMBER``;
+  test, with ``POSITIVE_INT``, ``POSITIVE_NUMBER`` and ``FLAG`` (true or false);
+- ``value_problem`` and ``check_value``: one value against a rule, said in one line ``key=value must be ...``;
 - ``Option`` and ``check_options``: a command's options described once, as a table of rules, and checked
-  in one place, the first bad one refused in one line ``key=value must be ...``;
+  in one place, the first bad one refused in one line;
 - ``one_line``: an exception (or a text) as one line for an ``error:`` line, cut short if asked.
 
 Characters outside a vocabulary are said by ``tinylm.tokenizer.unknown_characters``.
@@ -89,6 +90,7 @@ def number(low: float, high: float | None = None, brackets: str = "[]", wanted: 
 
 POSITIVE_INT = integer(1, wanted="a positive integer")
 POSITIVE_NUMBER = number(0, brackets="(]", wanted="a positive number")
+FLAG = rule(lambda v: isinstance(v, bool), "true or false")
 
 
 def one_of(*options) -> Rule:
@@ -124,14 +126,25 @@ class Option:
     hint: str = ""
 
 
+def value_problem(key: str, value, check: Rule, hint: str = "") -> str | None:
+    """``key=value must be ...hint`` (``key=value: choose ...``) when ``value`` breaks ``check``, else None."""
+    problem = check(value)
+    if problem is None:
+        return None
+    return f"{key}={value!r}{problem if problem.startswith(':') else ' ' + problem}{hint}"
+
+
+def check_value(key: str, value, check: Rule, hint: str = "") -> None:
+    """Raise ``value_problem`` as one TinyLMError line, if there is one."""
+    if problem := value_problem(key, value, check, hint):
+        raise TinyLMError(problem)
+
+
 def check_options(values: Mapping, options: Iterable[Option]) -> None:
-    """Raise one TinyLMError line ``key=value must be ...`` (``key=value: choose ...``) for the first of
-    ``options`` whose value in ``values`` (a config, a dict) breaks its rule."""
+    """Raise one TinyLMError line for the first of ``options`` whose value in ``values`` (a config, a dict)
+    breaks its rule."""
     for option in options:
-        value = values[option.key]
-        if problem := option.rule(value):
-            said = problem if problem.startswith(":") else f" {problem}"
-            raise TinyLMError(f"{option.key}={value!r}{said}{option.hint}")
+        check_value(option.key, values[option.key], option.rule, option.hint)
 
 
 def one_line(error: BaseException | str, limit: int | None = None) -> str:

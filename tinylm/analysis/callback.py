@@ -33,6 +33,7 @@ from tinylm.callbacks.inspector import (
 from tinylm.errors import TinyLMError
 from tinylm.plots.figures import render_rgb
 from tinylm.tokenizer import tokenizer_from_state
+from tinylm.values import check_value, integer
 
 
 def scalar_tags(rows: list[dict]) -> dict[str, float]:
@@ -73,8 +74,7 @@ class HeadScores(AttentionInspector):
         self.images_every_n_steps = validate_interval("HeadScores.images", images_every_n_steps)
         if text is not None and not isinstance(text, str):
             raise TinyLMError(f"HeadScores.text={text!r} must be a string, or null for the training text's opening")
-        if type(draws) is not int or draws < 1:
-            raise TinyLMError(f"HeadScores.draws={draws!r} must be an integer >= 1")
+        check_value("HeadScores.draws", draws, integer(1))
         self.text, self.induction_length, self.draws, self.seed = text, induction_length, draws, seed
         self._ids: torch.Tensor | None = None
         self._figures: dict = {}  # figures.head_grid's reused figures: the labels drawn once, the cells each time

@@ -23,6 +23,7 @@ from tinylm.analysis.hooks import Head, ablated, head_means, hooked
 from tinylm.analysis.probe import Probe
 from tinylm.errors import TinyLMError
 from tinylm.models.base import LanguageModel, eval_no_grad
+from tinylm.values import check_value, integer
 
 SCORES = ("previous_token", "induction", "entropy")  # read from the attention weights
 ABLATIONS = ("zero", "mean")
@@ -56,9 +57,9 @@ def induction_length(model: LanguageModel, n: int | None) -> int:
     """The length n of the random strings: ``n``, or half the context window when None."""
     window = model.config.block_size
     n = window // 2 if n is None else n
-    if type(n) is not int or not 2 <= n <= window // 2:
-        raise TinyLMError(f"induction_length={n!r} must be an integer from 2 to block_size / 2 = {window // 2} "
-                          "(the random string is written twice into the context), or null for the longest")
+    wanted = f"an integer from 2 to block_size / 2 = {window // 2}"
+    check_value("induction_length", n, integer(2, window // 2, wanted),
+                " (the random string is written twice into the context), or null for the longest")
     return n
 
 

@@ -13,6 +13,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import Tokenizer
+from tinylm.values import POSITIVE_INT, check_value, nullable
 
 log = logging.getLogger(__package__)  # "tinylm.callbacks" for every callback
 
@@ -54,14 +55,9 @@ def training_text_opening(trainer: L.Trainer, tokenizer: Tokenizer, max_chars: i
 
 
 def validate_interval(owner: str, every_n_steps) -> int | None:
-    if every_n_steps is None or (
-        isinstance(every_n_steps, int) and not isinstance(every_n_steps, bool) and every_n_steps > 0
-    ):
-        return every_n_steps
-    raise TinyLMError(
-        f"{owner}.every_n_steps={every_n_steps!r} must be a positive integer, "
-        "or null to run only when training ends"
-    )
+    when = ", or null to run only when training ends"
+    check_value(f"{owner}.every_n_steps", every_n_steps, nullable(POSITIVE_INT, when))
+    return every_n_steps
 
 
 class PeriodicInspector(L.Callback):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from omegaconf import ListConfig
 
 from tinylm.generation.prompting import SAMPLING
-from tinylm.values import Option, choice, integer, nullable, number, rule
+from tinylm.values import FLAG, Option, choice, integer, nullable, number, rule
 
 THREADS = Option("threads", nullable(integer(1), ", or null"))  # torch's (or ONNX Runtime's) intra-op threads
 
@@ -16,7 +16,7 @@ GENERATE = (
     *SAMPLING,
     Option("seed", nullable(integer(), ", or null for a fresh one")),
     THREADS,
-    Option("use_cache", rule(lambda v: isinstance(v, bool), "true or false")),
+    Option("use_cache", FLAG),
     Option("prompt_max_mib", number(0, brackets="(]"), " (MiB), e.g. 1"),
     Option("ablate", rule(lambda v: v is None or isinstance(v, ListConfig | list), "a list of layer.head"),
            ", e.g. ablate=[0.2,1.3]"),

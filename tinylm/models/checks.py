@@ -6,15 +6,15 @@ no torch: train.py checks a config with them before torch is imported (``tinylm.
 
 from __future__ import annotations
 
+from tinylm.values import POSITIVE_INT, number, value_problem
+
 
 def size_problems(cfg: dict, keys: tuple[str, ...]) -> list[str]:
     """Sizes (``keys``) that are not positive integers, and a dropout outside [0, 1)."""
     problems = []
     for key in keys:
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            problems.append(f"model.{key}={value!r} must be a positive integer")
-    dropout = cfg.get("dropout")
-    if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
-        problems.append(f"model.dropout={dropout!r} must be in [0, 1)")
+        if problem := value_problem(f"model.{key}", cfg.get(key), POSITIVE_INT):
+            problems.append(problem)
+    if problem := value_problem("model.dropout", cfg.get("dropout"), number(0, 1, "[)", wanted="in [0, 1)")):
+        problems.append(problem)
     return problems

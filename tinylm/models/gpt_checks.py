@@ -8,6 +8,7 @@ settings every Transformer here shares (heads, positions): the encoder-decoder's
 from __future__ import annotations
 
 from tinylm.models.checks import size_problems
+from tinylm.values import FLAG, POSITIVE_NUMBER, nullable, value_problem
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ATTN_IMPLS = ("sdpa", "explicit")
@@ -57,9 +58,9 @@ def option_problems(cfg: dict) -> list[str]:
         if cfg.get(key, choices[0]) not in choices:
             problems.append(f"model.{key}={cfg.get(key)!r}: choose one of {', '.join(choices)}")
     for key in ("qk_norm", "tied_head"):
-        if not isinstance(cfg.get(key, False), bool):
-            problems.append(f"model.{key}={cfg.get(key)!r} must be true or false")
-    cap = cfg.get("logit_softcap")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < float("inf")):
-        problems.append(f"model.logit_softcap={cap!r} must be a positive number (e.g. 15) or null (no cap)")
+        if problem := value_problem(f"model.{key}", cfg.get(key, False), FLAG):
+            problems.append(problem)
+    cap = nullable(POSITIVE_NUMBER, " (e.g. 15) or null (no cap)")
+    if problem := value_problem("model.logit_softcap", cfg.get("logit_softcap"), cap):
+        problems.append(problem)
     return problems

@@ -41,6 +41,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from tinylm.run_folder import CLAIM, ERROR, LAST_CHECKPOINT, METRICS, alive, read_marker
+from tinylm.values import is_number
 
 UNREADABLE = f"unreadable {METRICS}"  # a job_status: metrics.json is there but cannot be used
 
@@ -75,7 +76,7 @@ def parse_metrics(text: str) -> dict:
         raise ValueError(f"{JSON_TYPES[type(metrics)]} instead of an object")
     for name in NUMBERS:
         value = metrics.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is not None and not is_number(value, finite=False):
             raise ValueError(f"{name} is {JSON_TYPES[type(value)]}, not a number")
     for name in FLAGS:
         value = metrics.get(name)

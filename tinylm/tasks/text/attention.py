@@ -17,6 +17,7 @@ from tinylm.errors import TinyLMError
 from tinylm.plots import figures as plotting
 from tinylm.tasks.probe_text import OPENING_CHARS, known_probe
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
+from tinylm.values import check_value, integer
 
 
 class AttentionMaps(AttentionInspector):
@@ -42,9 +43,8 @@ class AttentionMaps(AttentionInspector):
         self.weights_every_n_steps = validate_interval("AttentionMaps.weights", weights_every_n_steps)
         if not isinstance(text, str):
             raise TinyLMError(f"AttentionMaps.text={text!r} must be a string")
-        if type(weights_max_kib) is not int or weights_max_kib < 0:
-            raise TinyLMError(f"AttentionMaps.weights_max_kib={weights_max_kib!r} must be an integer >= 0 (KiB of raw "
-                              "attention weights logged per run; 0: none)")
+        check_value("AttentionMaps.weights_max_kib", weights_max_kib, integer(0),
+                    " (KiB of raw attention weights logged per run; 0: none)")
         self.text = text
         self.weights_left = weights_max_kib * 1024 or -1  # bytes of raw weights still allowed this run (-1: none)
         self._ids: list[int] | None = None  # [] once decided that there is no probe this run

@@ -10,6 +10,7 @@ from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer, tr
 from tinylm.errors import TinyLMError
 from tinylm.generation.sampling import encode_prompt, generate, validate_sampling
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
+from tinylm.values import check_value, integer
 
 
 class SampleText(PeriodicInspector):
@@ -38,8 +39,7 @@ class SampleText(PeriodicInspector):
             isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts)
         ):
             raise TinyLMError(f"SampleText.prompts={prompts!r} must be a list of strings or null")
-        if isinstance(prompt_chars, bool) or not isinstance(prompt_chars, int) or prompt_chars < 1:
-            raise TinyLMError(f"SampleText.prompt_chars={prompt_chars!r} must be an integer >= 1")
+        check_value("SampleText.prompt_chars", prompt_chars, integer(1))
         self.prompts = None if prompts is None else list(prompts)
         self.prompt_chars = prompt_chars
         self.max_new_tokens, self.seed = max_new_tokens, seed

@@ -17,7 +17,8 @@ from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.translation.batches import pad
 from tinylm.tasks.translation.decoding import continue_sources, translate
 from tinylm.tasks.translation.figures import translation_figures
-from tinylm.tokenizer import tokenizer_from_state
+from tinylm.tokenizer import tokenizer_from_state, unknown_characters
+from tinylm.values import check_value, integer
 
 
 def validation_pairs(trainer, count: int) -> list[tuple[list[int], list[int]]]:
@@ -36,8 +37,7 @@ class TranslationSamples(PeriodicInspector):
 
     def __init__(self, every_n_steps: int | None = 250, count: int = 8):
         super().__init__(every_n_steps)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise TinyLMError(f"TranslationSamples.count={count!r} must be an integer >= 1")
+        check_value("TranslationSamples.count", count, integer(1))
         self.count = count
 
     def inspect(self, trainer, module) -> None:
@@ -80,8 +80,9 @@ class TranslationMaps(AttentionInspector):
             return validation_pairs(trainer, 1)[0][0]
         tokenizer = tokenizer_from_state(module.tokenizer_state)
         if missing := tokenizer.unknown(self.source):
-            raise TinyLMError(f"TranslationMaps.source={self.source!r} has characters outside the vocabulary: "
-                              f"{' '.join(map(repr, missing))}")
+            tokenizer.origin = "this run's training data"
+            raise unknown_characters(tokenizer, f"TranslationMaps.source={self.source!r}", missing,
+                                     "use characters of the training pairs, or null for the first validation source")
         if len(self.source) > module.model.config.block_size:
             raise TinyLMError(f"TranslationMaps.source={self.source!r} is longer than model.block_size="
                               f"{module.model.config.block_size}")
