@@ -37,7 +37,7 @@ KEY_ERRORS = (ConfigKeyError, ConfigAttributeError)  # OmegaConf's for a key the
 MAX_PROBLEMS = 10  # composing again after each refused override: at most this many are said
 
 
-def one_line(text: str) -> str:
+def joined_lines(text: str) -> str:
     """Hydra's message of several lines as one (its list of search paths left out)."""
     text = text.split("\nConfig search path:")[0]
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
@@ -130,7 +130,7 @@ def _why(error: HydraException, override: str | None, config_name: str, choices:
         return _missing_option(group, name, error.options)
     if isinstance(cause, KEY_ERRORS) and isinstance(cause.parent_node, DictConfig) and cause.full_key:
         return _unknown_line(str(cause.full_key), cause.parent_node, config_name, choices)
-    return f"{override + ': ' if override else ''}{one_line(str(error))}"
+    return f"{override + ': ' if override else ''}{joined_lines(str(error))}"
 
 
 def _unreadable(override: str, error: HydraException, cfg: DictConfig | None, config_name: str) -> str:
@@ -142,7 +142,7 @@ def _unreadable(override: str, error: HydraException, cfg: DictConfig | None, co
     if missing is not None:
         return _unknown_line(*missing, config_name, dict(cfg.hydra.runtime.choices))
     quoted = f": quote the value, {key}='{value}'" if eq and "'" not in value else ""
-    return f"cannot read {override} ({one_line(str(error))}){quoted}"
+    return f"cannot read {override} ({joined_lines(str(error))}){quoted}"
 
 
 def _culprit(error: HydraException, overrides: list[str]) -> str | None:
