@@ -1,5 +1,5 @@
 """Which checkpoint a command picks when none is named, and the line that names it: never a debug run
-while another run has checkpoints (tinylm.checkpoint.choose_checkpoint), the same rule for
+while another run has checkpoints (tinylm.run_folder.choose_checkpoint), the same rule for
 ``train.py ckpt_path=last``, and every entry point naming the file and why it."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the command-line entry points share: quoting free-form values for Hydra, and exiting cleanly.
 
 Hydra parses every ``key=value`` with its override grammar. Unquoted, it rejects non-ASCII
-letters (``prompt=我正在学习``, ``ckpt_path=模型/last.ckpt``), quotes, brackets and ``=``, makes
+letters (``prompt=我正在学习``, ``ckpt_path=模型/step.ckpt``), quotes, brackets and ``=``, makes
 ``a,b`` a sweep, trims outer spaces, and OmegaConf resolves ``${...}``. ``quote_values`` wraps the
 values of chosen keys in Hydra quotes before Hydra sees ``sys.argv``, so users never have to quote
 twice (once for the shell, once for Hydra). ``run_command`` and ``quiet_broken_pipe`` make an

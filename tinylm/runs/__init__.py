@@ -1,9 +1,9 @@
 """Run management: everything around a training run except the training itself.
 
 - ``job``: the job wrapper behind ``train.py``; it calls ``tinylm.training.fit`` and owns the folder
-  claim, resume, the SLURM requeue rule, ``metrics.json`` and ``error.txt``, and exit codes;
-- ``folder``: run folders (unique names, the ``.hydra`` record, the overrides a run was made with);
-- ``lock``: one process per run folder (``running.json``);
+  claim, resume, the SLURM requeue rule, the job's metrics and error files, and exit codes;
+- ``folder``: run folders (unique names, the Hydra record, the overrides a run was made with);
+- ``lock``: one process per run folder (its claim, ``tinylm.run_folder.MARKER``);
 - ``resume``: ``ckpt_path=``: planning a resume and checking its checkpoint against the config;
 - ``job_files``: the files a job leaves in its folder, and what they say of it;
 - ``sweep_resume``, ``sweep_stop``: sweeps that survive interruption and stop cleanly;

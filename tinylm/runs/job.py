@@ -4,13 +4,13 @@
 ``fit``) and owns what the run folder records and what a sweep needs of a job:
 
 - the run folder is claimed first (rank 0, ``tinylm.runs.lock``): while one process trains a run,
-  ``running.json`` in its folder says so (``tinylm.runs.job_files``) and a second one is refused; a
+  its claim (``MARKER``) in its folder says so (``tinylm.runs.job_files``) and a second one is refused; a
   new run refused before training leaves no folder (``tinylm.runs.folder.discard_new_folder``);
-- a SLURM job requeued after pre-emption continues from its own ``last.ckpt`` (``continue_requeued``);
+- a SLURM job requeued after pre-emption continues from its own last checkpoint (``continue_requeued``);
 - a resume is checked against the built model and data (``tinylm.runs.resume``) and recorded; a run
   already trained to ``trainer.max_steps`` is not trained again;
-- what an earlier attempt left goes: its ``error.txt``, its half-written checkpoints;
-- ``metrics.json`` when training ends, ``error.txt`` when a sweep job fails, exit 130 or 143 after
+- what an earlier attempt left goes: its error file, its half-written checkpoints;
+- its metrics file when training ends, its error file when a sweep job fails, exit 130 or 143 after
   Ctrl-C or SIGTERM; a parallel sweep job gets an even share of the cores (``thread_share``), and any
   other run on a machine already busier than its cores is told that ``threads=1`` may train faster
   (``warn_if_busy``).
@@ -51,13 +51,13 @@ def main(cfg: DictConfig) -> float:
     run's best val loss: what an Optuna search minimises.
 
     In a sweep (``-m``), a job with bad input (a config refused, a loss that diverged) reports its
-    error line, writes it to ``error.txt`` in its folder and returns +inf, so the other jobs of the
+    error line, writes it to its error file (``ERROR``) and returns +inf, so the other jobs of the
     sweep still run and Optuna records the trial as the worst one (a NaN would stop its search). A job
-    that crashes (a bug, out of memory) writes error.txt too, then stops the sweep as before.
+    that crashes (a bug, out of memory) writes its error file too, then stops the sweep as before.
     A run writes the line into its ``train.log`` too; a failed resume leaves the run's files as they were.
     A job refused because another process trains in its folder writes nothing there.
 
-    Ctrl-C or SIGTERM: the run saves its last.ckpt and exits 130 or 143; in a sweep the job returns
+    Ctrl-C or SIGTERM: the run saves its last checkpoint and exits 130 or 143; in a sweep the job returns
     and the sweep stops (``tinylm.runs.sweep_stop.job_stopped_by``).
     """
     in_sweep = sweep_dir_of_job() is not None
@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> float:
         if in_sweep:  # the job's folder says that it failed; Hydra's report of the exception says where
             record_failure(cfg, f"{type(e).__name__}: {' '.join(str(e).split())}")
         raise
-    if metrics.get("interrupted_by"):  # last.ckpt is saved
+    if metrics.get("interrupted_by"):  # its last checkpoint is saved
         stopped_by_signal(signal.Signals[metrics["interrupted_by"]], in_sweep)
     best = metrics.get("best_val_loss", metrics.get("val_loss"))  # the run may predate best_val_loss
     return math.inf if best is None else best
@@ -88,7 +88,7 @@ def main(cfg: DictConfig) -> float:
 
 def run(cfg: DictConfig) -> dict:
     """Train as the config says, in the claimed run folder; return the final metrics (also written
-    to metrics.json).
+    to its metrics file).
 
     A resume writes nothing, not even a log line to the run's ``train.log``, until the checkpoint
     is known to fit the config and to have steps left to train. From then on an error is written
@@ -146,7 +146,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 def continue_requeued(cfg: DictConfig) -> str | None:
-    """A SLURM job requeued after pre-emption (SLURM_RESTART_COUNT > 0) continues from its own last.ckpt."""
+    """A SLURM job requeued after pre-emption (SLURM_RESTART_COUNT > 0) continues from its own last checkpoint."""
     if cfg.ckpt_path or int(os.environ.get("SLURM_RESTART_COUNT") or 0) < 1 or sweep_dir_of_job() is None:
         return cfg.ckpt_path
     last = Path(cfg.paths.output_dir) / LAST_CHECKPOINT
@@ -184,7 +184,7 @@ def warn_if_busy() -> None:
 
 def already_finished(output_dir: Path, ckpt_path: str, step: int, max_steps: int) -> dict:
     """Say that the run is done and how to train it further; return its saved metrics untouched (none,
-    and one line saying so, when its metrics.json cannot be read: nothing is written either way)."""
+    and one line saying so, when its metrics file cannot be read: nothing is written either way)."""
     print(f"run {output_dir} is already finished: {ckpt_path} is at step {step} and trainer.max_steps={max_steps}, "
           f"so nothing was trained or written. To train it further, resume with more steps, e.g. "
           f"`python train.py ckpt_path={ckpt_path} trainer.max_steps={max(step, max_steps) * 2}`", flush=True)
@@ -205,7 +205,7 @@ def stopped_by_signal(signum: signal.Signals, in_sweep: bool) -> None:
 
 
 def record_failure(cfg: DictConfig, message: str) -> Path:
-    """Write a failed sweep job's line into ``error.txt`` in its folder; return the folder."""
+    """Write a failed sweep job's line into its error file (``ERROR``); return the folder."""
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / ERROR).write_text(f"{message}\n")

@@ -1,12 +1,12 @@
 """One process trains a run folder: a second one (two resumes of one run at once) is refused.
 
-The claim is the run's ``running.json`` (its pid, host and start time, as ``tinylm.runs.job_files``
+The claim is the run's ``tinylm.run_folder.MARKER`` file (its pid, host and start time, as ``read_marker``
 reads it), made atomically: the marker is written whole into a file of this process's own, then
-hard-linked to ``running.json``, which fails when that name exists. Once made, it replaces the
-claim a sweep put on this job before launching it (``claim.json``, ``tinylm.runs.job_files.claim_job``).
-When ``running.json`` exists already:
+hard-linked to ``MARKER``, which fails when that name exists. Once made, it replaces the
+claim a sweep put on this job before launching it (``CLAIM``, ``tinylm.runs.job_files.claim_job``).
+When ``MARKER`` exists already:
 
-- its process still runs (``job_files.alive``; one on another host counts as running): refused,
+- its process still runs (``tinylm.run_folder.alive``; one on another host counts as running): refused,
   in one line naming that process and host;
 - its process is gone (``kill -9``, a power cut) or the marker is damaged: stale, taken over. The
   stale file is first renamed to a name of this process's own, so of two processes taking it over
@@ -60,7 +60,7 @@ def stale(holder: dict | None) -> bool:
 
 
 def _take_over(folder: Path, seen: bytes) -> None:
-    """Remove the stale ``running.json`` whose bytes were ``seen``, unless it changed meanwhile."""
+    """Remove the stale ``MARKER`` whose bytes were ``seen``, unless it changed meanwhile."""
     grabbed = folder / f"{MARKER}.stale-{os.getpid()}"
     try:
         os.rename(folder / MARKER, grabbed)

@@ -3,13 +3,13 @@
 ``python train.py ckpt_path=last`` (or ``ckpt_path=<a run's checkpoint>``) continues that run:
 
 - ``plan_resume`` runs before Hydra starts. It finds the checkpoint (``last``: the newest
-  ``last.ckpt`` under ``paths.log_dir``, resolved as Hydra resolves the config) and rebuilds the
-  command line from the run's own record: ``.hydra/overrides.yaml``, then each earlier resume's
-  changes (``.hydra/resumes.yaml``). On top of that only ``RESUMABLE`` settings may change; the
+  last checkpoint under ``paths.log_dir``, resolved as Hydra resolves the config) and rebuilds the
+  command line from the run's own record: its record's ``overrides.yaml``, then each earlier resume's
+  changes (its record's ``resumes.yaml``). On top of that only ``RESUMABLE`` settings may change; the
   model, the data and the seed stay the run's. Hydra is told to write nothing into the run folder.
 - ``check_resume`` (inside the job, before anything is written) refuses a checkpoint that is
   unreadable, or made for another model or another text than the config gives.
-- ``record_resume`` appends this resume's changes to ``.hydra/resumes.yaml`` once every check has
+- ``record_resume`` appends this resume's changes to its record's ``resumes.yaml`` once every check has
   passed, so the run keeps its original ``config.yaml`` and ``overrides.yaml`` and a history.
 """
 
@@ -60,7 +60,7 @@ def merge_overrides(overrides: list[str]) -> list[str]:
 
 
 def resume_entries(record: Path) -> list[dict]:
-    """The entries of a ``.hydra/resumes.yaml`` (none if absent); a TinyLMError naming it and the fix
+    """The entries of a run's recorded ``resumes.yaml`` (none if absent); a TinyLMError naming it and the fix
     when it cannot be read."""
     if not record.exists():
         return []
@@ -149,7 +149,7 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
     if not run_dirs:
         hydra_lines += quote_values([f"hydra.run.dir={run_dir}"], ("hydra.run.dir",))
     if in_place:
-        hydra_lines.append("hydra.output_subdir=null")  # the run's .hydra/ record stays as it is
+        hydra_lines.append("hydra.output_subdir=null")  # the run's Hydra record stays as it is
     where = "in its own folder" if in_place else f"into {run_dirs[-1].value()}"
     print(f"resuming run {run_dir} from {path.name} {where}{f' ({why})' if why else ''}\n"
           f"  its settings: {' '.join(saved) or '(the defaults)'}\n"
@@ -207,7 +207,7 @@ def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, da
 
 
 def record_resume(run_dir: Path, checkpoint: Path, step: int, task_overrides: list[str]) -> None:
-    """Append this resume (its checkpoint, step and changed settings) to ``.hydra/resumes.yaml``."""
+    """Append this resume (its checkpoint, step and changed settings) to its record's ``resumes.yaml``."""
     own = set(saved_overrides(run_dir) or [])
     changes = [o for o in task_overrides if o not in own and not o.startswith("ckpt_path=")]
     record = run_dir / HYDRA_DIR / RESUMES_FILE

@@ -26,13 +26,13 @@ class Job:
 
     name: str  # the folder name: Hydra's job number
     overrides: dict[str, str]  # key -> value, as given on the command line
-    metrics: dict | None  # metrics.json, None when missing or unreadable
-    status: str  # a job_files.job_status, "missing" (no folder yet) or "unreadable .hydra/overrides.yaml"
-    note: str = ""  # error.txt's line, why metrics.json is unreadable, where a running job runs, ...
+    metrics: dict | None  # its metrics, None when missing or unreadable
+    status: str  # a job_files.job_status, "missing" (no folder yet) or ``UNREADABLE_OVERRIDES``
+    note: str = ""  # its error line, why its metrics are unreadable, where a running job runs, ...
 
     @property
     def best_val_loss(self) -> float:
-        """The lowest val loss (a metrics.json older than best_val_loss: the final one); NaN if none."""
+        """The lowest val loss (a metrics file older than best_val_loss: the final one); NaN if none."""
         metrics = self.metrics or {}
         value = metrics.get("best_val_loss", metrics.get("val_loss"))
         return math.nan if value is None else float(value)
@@ -67,8 +67,8 @@ def note(folder: Path, status: str, metrics: dict | None) -> str:
 
 
 def read_job(folder: Path, expected: list[str] | None = None) -> Job:
-    """A job folder's files; a metrics.json that cannot be used makes the job unreadable, not the report.
-    ``expected``: the job's overrides as its sweep defines them, for a folder without a .hydra record."""
+    """A job folder's files; a metrics file that cannot be used makes the job unreadable, not the report.
+    ``expected``: the job's overrides as its sweep defines them, for a folder without a Hydra record."""
     try:
         overrides, damaged = original_overrides(folder), None
     except TinyLMError as e:

@@ -4,15 +4,15 @@
     python -m tinylm.runs.sweep_report        # the newest sweep under outputs/ (a grid sweep ends with it too)
 
 A sweep folder holds one folder per job, and each job leaves behind what this report reads:
-``metrics.json`` (written by ``tinylm.runs.job``), ``error.txt`` (a job that failed),
-``running.json`` (a job that is training), ``claim.json`` (a job a running sweep will start) and
-``.hydra/overrides.yaml`` (that job's command-line settings); ``tinylm.runs.job_files`` tells from them
+its metrics (``METRICS``, written by ``tinylm.runs.job``), its error line (a job that failed), its claim
+(a job that is training), a sweep's claim (a job a running sweep will start) and its recorded ``overrides.yaml``
+(that job's command-line settings), as ``tinylm.run_folder`` names them; ``tinylm.runs.job_files`` tells from them
 whether a job is finished, running, queued, interrupted, failed or not started. Jobs a grid sweep
 defines (its ``multirun.yaml``) that have no folder yet are listed as missing. Only the settings
 that differ between jobs become columns; the ones every job shares are listed once above the table.
-A job whose metrics.json cannot be used (not JSON, not an object, a value of the wrong type) is
-listed as "unreadable metrics.json" with the reason, one whose ``.hydra/overrides.yaml`` cannot be
-read as "unreadable .hydra/overrides.yaml".
+A job whose metrics cannot be used (not JSON, not an object, a value of the wrong type) is
+listed as unreadable (``job_files.UNREADABLE``) with the reason, one whose recorded ``overrides.yaml`` cannot
+be read as ``UNREADABLE_OVERRIDES``.
 
 Jobs are ranked by their best val loss (the lowest of all validations; the final one is shown too):
 finished jobs first, then the others that validated (interrupted, running), then the rest.
@@ -39,7 +39,7 @@ from tinylm.runs.job_files import expected_jobs
 from tinylm.runs.sweep_jobs import MISSING, Job, as_dict, read_job, short
 from tinylm.values import one_line
 
-# metrics.json fields shown, in column order
+# metrics fields shown, in column order
 METRICS_SHOWN = ("best_val_loss", "best_step", "val_loss", "val_bpc", "num_params", "tokens_per_second",
                  "wall_seconds", "steps")
 FORMATS = {"best_val_loss": "{:.4f}", "best_step": "{}", "val_loss": "{:.4f}", "val_bpc": "{:.3f}",

@@ -5,11 +5,11 @@ the newest sweep) finishes it. Before each batch of jobs is launched, ``Resuming
 at every job's folder (``tinylm.runs.job_files.job_status``):
 
 - finished: not launched at all; its folder stays untouched and its result is reported;
-- interrupted (Ctrl-C, or killed: it left ``checkpoints/last.ckpt``): launched with
-  ``ckpt_path=<its last.ckpt>``, continuing exactly as a resumed run does, its ``.hydra`` record kept;
+- interrupted (Ctrl-C, or killed: it left its last checkpoint): launched with
+  ``ckpt_path=<its last checkpoint>``, continuing exactly as a resumed run does, its Hydra record kept;
 - failed, not started, or no folder yet: launched as in a new sweep.
 
-Every job is planned, and each one to launch is claimed (``claim.json``, see ``tinylm.runs.job_files``),
+Every job is planned, and each one to launch is claimed (``CLAIM``, see ``tinylm.runs.job_files``),
 before Hydra writes the sweep's ``multirun.yaml``. A folder that holds a run of other settings than
 the job's (another command was run into this sweep folder; overrides that compose the same config
 are the same settings), a job that is still running or claimed by another run of the sweep, or a
@@ -18,7 +18,7 @@ job record that cannot be read stops the re-run with one line, and nothing is wr
 Ctrl-C or SIGTERM stops a sweep cleanly (``tinylm.runs.sweep_stop``); re-running it finishes it.
 
 On SLURM a pre-empted job that submitit requeues runs the same job again; it continues from its
-own ``last.ckpt`` too (``tinylm.runs.job.continue_requeued``).
+own last checkpoint too (``tinylm.runs.job.continue_requeued``).
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def settings(overrides: Sequence[str]) -> set[str]:
 
 
 def launch_overrides(overrides: Sequence[str], action: str, folder: Path) -> list[str]:
-    """A job's overrides as launched: an interrupted job continues from its last.ckpt, its record kept."""
+    """A job's overrides as launched: an interrupted job continues from its last checkpoint, its record kept."""
     if action != "continue":
         return list(overrides)
     ckpt = quote_values([f"ckpt_path={folder / LAST_CHECKPOINT}"], ("ckpt_path",))
@@ -231,7 +231,7 @@ def launch_overrides(overrides: Sequence[str], action: str, folder: Path) -> lis
 
 
 def kept_job(overrides: Sequence[str], folder: Path) -> JobReturn:
-    """A finished job's result, read from its metrics.json and nothing else: what the job returned
+    """A finished job's result, read from its metrics file and nothing else: what the job returned
     when it ran (its best val loss, as ``tinylm.runs.job.main`` returns)."""
     metrics = read_metrics(folder) or {}
     best = metrics.get("best_val_loss", metrics.get("val_loss"))

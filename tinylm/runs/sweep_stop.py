@@ -1,7 +1,7 @@
 """A sweep that Ctrl-C or SIGTERM stops: every running job saves, no new job starts, and it says how to finish.
 
 With any launcher, the first Ctrl-C (SIGINT) or SIGTERM (``kill``, ``docker stop``) stops a sweep
-cleanly: each running job saves its ``last.ckpt`` (``tinylm.training.safety.GracefulInterrupt``), the sweep
+cleanly: each running job saves its last checkpoint (``tinylm.training.safety.GracefulInterrupt``), the sweep
 records the stop and its signal in ``interrupted.txt``, jobs not started yet are skipped, and the
 command exits 130 (Ctrl-C) or 143 (SIGTERM) naming the command that finishes the sweep
 (``tinylm.runs.sweep_resume``). A second signal aborts at once.
@@ -29,7 +29,7 @@ STOP_FILE = "interrupted.txt"  # in the sweep folder: Ctrl-C or SIGTERM stopped 
 @contextmanager
 def interrupt_stops_the_sweep(sweep_dir: Path) -> Iterator[None]:
     """While jobs run: the first Ctrl-C or SIGTERM records the stop and lets every running job save
-    its last.ckpt and return (a job in this process gets the signal itself: its own handler takes it
+    its last checkpoint and return (a job in this process gets the signal itself: its own handler takes it
     while it trains; so do jobs in other processes that a terminal's Ctrl-C reaches); a second one aborts."""
 
     def first(signum, frame) -> None:
@@ -81,10 +81,10 @@ def sweep_stopped() -> bool:
 
 
 def job_stopped_by(signum: int) -> None:
-    """A sweep job that a signal stopped (it saved its last.ckpt) stops the sweep: no new job starts.
+    """A sweep job that a signal stopped (it saved its last checkpoint) stops the sweep: no new job starts.
 
     Not for SIGTERM to a job that SLURM runs on its own (``hydra/launcher=slurm``): SLURM sends it to
-    a job it pre-empts or requeues, and the requeued job continues from its last.ckpt
+    a job it pre-empts or requeues, and the requeued job continues from its last checkpoint
     (``tinylm.runs.job.continue_requeued``); the sweep goes on. Stopped for good, the job reads as interrupted, and a
     re-run of the sweep continues it.
     """

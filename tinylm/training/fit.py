@@ -265,7 +265,7 @@ def final_result(cfg: DictConfig, metrics: dict, scores: dict[str, float], words
 def chosen_settings(cfg: DictConfig) -> dict:
     """What the command line chose for this run (in a sweep: the swept settings and those all jobs
     share), and the seed: the columns that tell runs apart in TensorBoard's HParams tab. The whole
-    config is in the run's .hydra/config.yaml."""
+    config is in the run's recorded config.yaml."""
     keys = ["seed"]
     if HydraConfig.initialized():
         overrides = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))

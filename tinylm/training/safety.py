@@ -6,7 +6,7 @@
   checkpoints removes: ``tinylm.run_folder``). A write that fails (a full disk) removes its
   ``.tmp``, keeps the old file and is one ``error:`` line.
 - ``GracefulInterrupt`` turns Ctrl-C (SIGINT) and SIGTERM (``kill``, ``docker stop``, a SLURM
-  pre-emption) into: finish the step, save ``last.ckpt``, stop. ``train.py`` then exits 130 after
+  pre-emption) into: finish the step, save its last checkpoint, stop. ``train.py`` then exits 130 after
   Ctrl-C and 143 after SIGTERM (128 + the signal's number, as a shell reports a killed program).
 """
 
@@ -105,7 +105,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class GracefulInterrupt(L.Callback):
-    """First Ctrl-C or SIGTERM: finish the current step, validate and save ``last.ckpt``, then stop.
+    """First Ctrl-C or SIGTERM: finish the current step, validate and save its last checkpoint, then stop.
 
     Stopping between steps keeps the saved loop state consistent, so the run resumes exactly. A
     second signal stops at once. While training, these handlers replace Lightning's own SIGTERM

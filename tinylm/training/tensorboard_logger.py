@@ -8,7 +8,7 @@ folder itself, and sweep jobs named by what they sweep.
   settings its command line changed (``tinylm.runs.folder.run_name``), nothing more. In a sweep,
   each job's events go into a folder of the job named by its swept settings
   (``<job>/model.n_embd=32,model.num_heads=2``), so the run list and every legend say which curve
-  is which. ``tinylm.runs.events_folder`` finds them, and those of earlier releases (``tensorboard/``).
+  is which. ``tinylm.run_folder.events_folder`` finds them, and those of earlier releases (``tensorboard/``).
 """
 
 from __future__ import annotations
