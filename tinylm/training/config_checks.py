@@ -45,6 +45,7 @@ from tinylm.values import (
     number,
     one_of,
     text,
+    value_problem,
 )
 
 if typing.TYPE_CHECKING:
@@ -195,14 +196,13 @@ def config_problems(cfg: DictConfig, quick: bool = False, task: Task | None = No
         if quick and key in ASK_LIGHTNING:
             continue
         value = OmegaConf.select(cfg, key, default=missing)
-        if value is not missing and key not in unknown and (problem := rule(value)):
-            problems.append(f"{key}={value!r} {problem}")
+        if value is not missing and key not in unknown and (problem := value_problem(key, value, rule)):
+            problems.append(problem)
     data = cfg.data
-    if data.get("tokenizer") == "bpe" and is_int(data.bpe_vocab_size) and data.bpe_vocab_size < MIN_BPE_VOCAB:
-        problems.append(
-            f"data.bpe_vocab_size={data.bpe_vocab_size!r} must be an integer >= {MIN_BPE_VOCAB} "
-            "(BPE starts from the 256 byte values), e.g. 512"
-        )
+    if data.get("tokenizer") == "bpe" and is_int(data.bpe_vocab_size) and (problem := value_problem(
+            "data.bpe_vocab_size", data.bpe_vocab_size, integer(MIN_BPE_VOCAB),
+            " (BPE starts from the 256 byte values), e.g. 512")):
+        problems.append(problem)
     if problem := data_path_problem(data):
         problems.append(problem)
     if problem := cache_dir_problem(data):
