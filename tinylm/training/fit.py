@@ -39,7 +39,6 @@ from tinylm.models import LanguageModel, configured
 from tinylm.run_folder import CHECKPOINTS_DIR
 from tinylm.tasks import model_class_of, task_of_config, views_left_out
 from tinylm.tasks.base import Task, bits_per_char
-from tinylm.tasks.text.data import TextDataModule
 from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
 from tinylm.training.module import LitLanguageModel, score_tag
@@ -58,7 +57,7 @@ class Run(NamedTuple):
     model_class: type[LanguageModel]
 
 
-def build_datamodule(run: Run) -> TextDataModule:
+def build_datamodule(run: Run) -> L.LightningDataModule:
     """The data group's ``_target_``, with the model's context length, the run's seed, the path as launched
     and what the task's data module takes from the model."""
     cfg = run.cfg
@@ -66,7 +65,7 @@ def build_datamodule(run: Run) -> TextDataModule:
                                    seed=cfg.seed, **run.task.data_arguments(run.model_class))
 
 
-def build_module(run: Run, datamodule: TextDataModule) -> LitLanguageModel:
+def build_module(run: Run, datamodule: L.LightningDataModule) -> LitLanguageModel:
     """The LightningModule around the network of the run's model class (with the data's vocabulary),
     trained by the optimizer partial ``optim._target_`` names."""
     cfg = run.cfg
@@ -106,7 +105,7 @@ def prepare(cfg: DictConfig, threads: int | None = None) -> Run:
     return run
 
 
-def build(run: Run) -> tuple[TextDataModule, LitLanguageModel]:
+def build(run: Run) -> tuple[L.LightningDataModule, LitLanguageModel]:
     """The data module, its text read and tokenized, and the LightningModule that trains on it."""
     datamodule = build_datamodule(run)
     datamodule.prepare()
@@ -183,7 +182,7 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def fit(run: Run, datamodule: TextDataModule, module: LitLanguageModel, output_dir: Path,
+def fit(run: Run, datamodule: L.LightningDataModule, module: LitLanguageModel, output_dir: Path,
         ckpt_path: str | None, starting: Callable[[], object] | None = None) -> dict:
     """Trainer.fit for the run in ``output_dir``, from ``ckpt_path`` if given; return its metrics.
 
