@@ -1,19 +1,20 @@
 """What a job folder says about its job: finished, running, interrupted, failed or not started.
 
-A training job leaves these files in its folder (``tinylm.runs.job`` writes them, the Trainer its checkpoints):
+A training job leaves these files in its folder (``tinylm.runs.job`` writes them, the Trainer its checkpoints;
+``tinylm.run_folder`` names them):
 
-- ``running.json`` while it trains: its process id, host and start time. It is removed when the
+- its claim (``MARKER``) while it trains: its process id, host and start time. It is removed when the
   job ends in any way Python sees (done, an error, Ctrl-C); ``kill -9`` or a power cut leave it, and
   a marker whose process is gone on this host is how a killed job is told from a running one.
-- ``metrics.json`` when training ends (``"interrupted": true`` after a Ctrl-C);
-- ``error.txt`` when a sweep job fails (its one ``error:`` line);
-- ``checkpoints/last.ckpt`` from its first validation on: what an interrupted job resumes from.
+- its metrics (``METRICS``) when training ends (``"interrupted": true`` after a Ctrl-C);
+- its error file (``ERROR``) when a sweep job fails (its one ``error:`` line);
+- its last checkpoint (``LAST_CHECKPOINT``) from its first validation on: what an interrupted job resumes from.
 
-A sweep claims each job it is about to launch (``claim_job``): ``claim.json``, created exclusively,
+A sweep claims each job it is about to launch (``claim_job``): ``CLAIM``, created exclusively,
 names the sweep's process. A second run of the same sweep sees the job as queued and leaves it
-alone. The job takes the claim over when it starts (``tinylm.runs.lock.claim`` makes ``running.json``,
-then removes ``claim.json``); the sweep removes the claims still left when it ends
-(``release_claim``). A training run never reads ``claim.json``; a claim whose process is gone
+alone. The job takes the claim over when it starts (``tinylm.runs.lock.claim`` makes its ``MARKER``,
+then removes the ``CLAIM``); the sweep removes the claims still left when it ends
+(``release_claim``). A training run never reads a ``CLAIM``; a claim whose process is gone
 (``kill -9``) counts for nothing and is replaced by the next run of the sweep.
 
 ``job_status`` reads them; the sweep report and the sweeps that continue an interrupted sweep
@@ -43,9 +44,9 @@ from omegaconf.errors import OmegaConfBaseException
 from tinylm.run_folder import CLAIM, ERROR, LAST_CHECKPOINT, METRICS, alive, read_marker
 from tinylm.values import is_number
 
-UNREADABLE = f"unreadable {METRICS}"  # a job_status: metrics.json is there but cannot be used
+UNREADABLE = f"unreadable {METRICS}"  # a job_status: its metrics are there but cannot be used
 
-# metrics.json fields that are numbers (or null), and those that are true or false
+# the metrics' fields that are numbers (or null), and those that are true or false
 NUMBERS = ("val_loss", "val_bpc", "best_val_loss", "best_step", "num_params", "tokens_per_second",
            "wall_seconds", "steps")
 FLAGS = ("interrupted", "stopped_early")
@@ -61,12 +62,12 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def this_process() -> dict:
-    """What ``running.json`` and ``claim.json`` record: this process's id, host and the time now."""
+    """What a ``MARKER`` and a ``CLAIM`` record: this process's id, host and the time now."""
     return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
 
 
 def parse_metrics(text: str) -> dict:
-    """metrics.json's object; ValueError saying what is wrong with it. A missing val loss (null,
+    """The metrics' object; ValueError saying what is wrong with it. A missing val loss (null,
     or the bare NaN of older files) is allowed."""
     try:
         metrics = json.loads(text)
@@ -86,7 +87,7 @@ def parse_metrics(text: str) -> dict:
 
 
 def read_metrics(folder: Path) -> dict | None:
-    """A job's metrics.json (None when there is none); ValueError saying why it cannot be used."""
+    """A job's metrics (None when there is none); ValueError saying why it cannot be used."""
     path = folder / METRICS
     if not path.exists():
         return None
@@ -99,30 +100,30 @@ def read_metrics(folder: Path) -> dict | None:
 
 
 def since(marker: dict) -> str:
-    """When the process of a running.json or claim.json started, as local time: '2026-11-29 08:00:00'."""
+    """When the process of a ``MARKER`` or ``CLAIM`` started, as local time: '2026-11-29 08:00:00'."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(marker["started"]))
 
 
 def describe(marker: dict | None) -> str:
-    """'pid 123 on node7, since 2026-11-29 08:00:00': who wrote a running.json or claim.json."""
+    """'pid 123 on node7, since 2026-11-29 08:00:00': who wrote a ``MARKER`` or ``CLAIM``."""
     if marker is None:  # removed (or damaged) since its status was read
         return "a process that has just ended"
     return f"pid {marker['pid']} on {marker['host']}, since {since(marker)}"
 
 
 def job_status(folder: Path) -> str:
-    """finished, running, queued, interrupted, failed, not started or unreadable metrics.json, from the
+    """finished, running, queued, interrupted, failed, not started or ``UNREADABLE``, from the
     files the job left in ``folder``:
 
-    - running: its ``running.json`` names a process that still runs;
-    - queued: a sweep that still runs has claimed it (``claim.json``) and not started it yet;
-    - unreadable metrics.json: it is there but cannot be used (metrics.json is written whole or not
+    - running: its ``MARKER`` names a process that still runs;
+    - queued: a sweep that still runs has claimed it (``CLAIM``) and not started it yet;
+    - ``UNREADABLE``: its metrics are there but cannot be used (they are written whole or not
       at all, so it was damaged afterwards): nothing may train over it until it is restored or removed;
-    - interrupted: stopped by Ctrl-C (metrics.json says so), or killed (a marker left behind) after
-      it saved ``checkpoints/last.ckpt``: resume it from there;
-    - failed: ``error.txt``, or killed before its first checkpoint;
-    - finished: metrics.json, not interrupted (an early stop is finished too);
-    - not started: none of these files (Hydra's ``.hydra/`` record, a log, a claim whose sweep is gone).
+    - interrupted: stopped by Ctrl-C (its metrics say so), or killed (a marker left behind) after
+      it saved its last checkpoint: resume it from there;
+    - failed: its error file, or killed before its first checkpoint;
+    - finished: its metrics, not interrupted (an early stop is finished too);
+    - not started: none of these files (Hydra's record, a log, a claim whose sweep is gone).
     """
     marker = read_marker(folder)
     if marker is not None and alive(marker):
@@ -163,7 +164,7 @@ def planning_lock(sweep_dir: Path) -> Iterator[None]:
 
 
 def claim_job(folder: Path) -> dict | None:
-    """Claim the job of ``folder`` for this process: ``claim.json`` created exclusively (O_CREAT|O_EXCL),
+    """Claim the job of ``folder`` for this process: ``CLAIM`` created exclusively (O_CREAT|O_EXCL),
     after a claim whose process is gone (or a damaged one) is removed. Returns the claim; None
     when a live process holds it. Call it inside ``planning_lock``."""
     held = read_marker(folder, CLAIM)
