@@ -42,6 +42,7 @@ from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopp
 from tinylm.training.fit import build, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
 from tinylm.training.safety import exit_code
+from tinylm.values import one_line
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def main(cfg: DictConfig) -> float:
         raise SystemExit(f"error: {e}") from None
     except Exception as e:
         if in_sweep:  # the job's folder says that it failed; Hydra's report of the exception says where
-            record_failure(cfg, f"{type(e).__name__}: {' '.join(str(e).split())}")
+            record_failure(cfg, f"{type(e).__name__}: {one_line(str(e))}")
         raise
     if metrics.get("interrupted_by"):  # its last checkpoint is saved
         stopped_by_signal(signal.Signals[metrics["interrupted_by"]], in_sweep)
