@@ -28,6 +28,7 @@ from pathlib import Path
 from tinylm.errors import TinyLMError
 from tinylm.run_folder import CLAIM, MARKER, alive, read_marker
 from tinylm.runs.job_files import since, this_process
+from tinylm.values import is_int
 
 ATTEMPTS = 3  # claims lost to another process taking over the same stale marker at the same moment
 
@@ -56,7 +57,7 @@ def stale(holder: dict | None) -> bool:
         return True
     mine = slurm_attempt()
     return bool(mine) and holder.get("slurm_job") == mine["slurm_job"] and \
-        isinstance(holder.get("slurm_restart"), int) and holder["slurm_restart"] < mine["slurm_restart"]
+        is_int(holder.get("slurm_restart")) and holder["slurm_restart"] < mine["slurm_restart"]
 
 
 def _take_over(folder: Path, seen: bytes) -> None:
