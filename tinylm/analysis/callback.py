@@ -5,7 +5,7 @@ Every ``every_n_steps`` steps (and when training ends) it logs one scalar per he
 ``probe_heads_layer<L>/<score>_head<H>`` (TensorBoard groups the Scalars tab by layer, after the
 loss and the learning rate), and every ``images_every_n_steps`` steps a layer × head image of each
 score, ``maps/heads_<score>``. The scores at
-the end of training go into the run's metrics.json as ``head_scores``: one object per layer and
+the end of training go into the run's metrics as ``head_scores``: one object per layer and
 head, with the keys of analyze.py's heads.json (the ablation left out).
 
 It is cheap: two forward passes of a few short texts, in eval mode without autograd; the random
@@ -123,5 +123,5 @@ class HeadScores(AttentionInspector):
                 add_rgb_image(writer, f"maps/heads_{score}", image, step)
 
     def run_metrics(self) -> dict:
-        """metrics.json's ``head_scores``: the scores of the last call (none before one)."""
+        """The run's metrics' ``head_scores``: the scores of the last call (none before one)."""
         return {"head_scores": self.final} if self.final else {}

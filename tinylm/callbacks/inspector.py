@@ -78,7 +78,7 @@ class PeriodicInspector(L.Callback):
         raise NotImplementedError
 
     def run_metrics(self) -> dict:
-        """What it adds to the run's metrics.json when training ends ({}: nothing)."""
+        """What it adds to the run's metrics when training ends ({}: nothing)."""
         return {}
 
     def timed(self, what: str, step: int, action: Callable[[], None]) -> None:

@@ -2,7 +2,7 @@
 
     python analyze.py                                   # newest run's best checkpoint, default text
     python analyze.py run_dir=outputs/runs/<time> text="自注意力可以让序列中的每个位置"
-    python analyze.py ckpt_path=path/to/last.ckpt ablation=mean out_dir=experiments
+    python analyze.py ckpt_path=path/to/model.ckpt ablation=mean out_dir=experiments
     python analyze.py text="注意力可以" corrupt_text="注意力不可"   # + activation patching
 
 Writes into ``out_dir`` (default: ``<run folder>/analysis/``) and prints a short table:
@@ -33,6 +33,7 @@ from tinylm.cli import check_out_dir, checkpoint_from_config, run_command, writi
 from tinylm.commands import CONF_DIR, launch
 from tinylm.commands.options import ANALYZE
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CHECKPOINTS_DIR
 from tinylm.values import check_options
 
 TEXT_KEYS = ("text", "corrupt_text", "target")  # free text, taken literally
@@ -50,7 +51,7 @@ def check_ablation(ablation: object) -> None:
 
 def default_out_dir(checkpoint: Path) -> Path:
     """``<run folder>/analysis`` for a run's checkpoint, else ``<checkpoint name>-analysis`` beside it."""
-    if checkpoint.parent.name == "checkpoints":
+    if checkpoint.parent.name == CHECKPOINTS_DIR:
         return checkpoint.parent.parent / "analysis"
     return checkpoint.parent / f"{checkpoint.stem}-analysis"
 

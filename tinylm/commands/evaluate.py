@@ -2,10 +2,10 @@
 
     python evaluate.py                                          # newest run's best checkpoint, its own data
     python evaluate.py run_dir=outputs/runs/<time> stride=64
-    python evaluate.py ckpt_path=path/to/last.ckpt data.path=input.txt split=all
+    python evaluate.py ckpt_path=path/to/model.ckpt data.path=input.txt split=all
 
 Which text: ``data.path``, else the one the checkpoint's run trained on (its run folder's
-``.hydra/config.yaml``), else the shipped corpus. The other data keys (val_fraction, repeat,
+recorded ``config.yaml``), else the shipped corpus. The other data keys (val_fraction, repeat,
 encoding, ...) come from that run config unless given, so ``split=val`` is exactly training's
 validation text, encoded with the checkpoint's tokenizer. How windows cover it: tinylm/tasks/text/evaluation.py.
 What is scored is the checkpoint's task's (``tinylm.tasks``, ``Task.evaluate``): a checkpoint trained on
@@ -29,6 +29,7 @@ from tinylm.commands import CONF_DIR, launch
 from tinylm.commands.options import EVALUATE
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR
 from tinylm.tasks import get_task
 from tinylm.tasks.data_file import missing_data_file
 from tinylm.values import check_options, one_line
@@ -46,10 +47,10 @@ def check_data_path(cfg: DictConfig) -> None:
 
 
 def run_config(checkpoint: Path) -> DictConfig | None:
-    """The training config of a checkpoint's run (``<run>/.hydra/config.yaml`` for ``<run>/checkpoints/*.ckpt``), with
+    """The training config of a checkpoint's run (its recorded ``config.yaml``, for a checkpoint in a run folder), with
     ``data.path`` absolute as training resolved it; None if there is none."""
-    hydra_dir = checkpoint.resolve().parent.parent / ".hydra"
-    if checkpoint.resolve().parent.name != "checkpoints" or not (hydra_dir / "config.yaml").is_file():
+    hydra_dir = checkpoint.resolve().parent.parent / HYDRA_DIR
+    if checkpoint.resolve().parent.name != CHECKPOINTS_DIR or not (hydra_dir / "config.yaml").is_file():
         return None
     try:
         cfg = OmegaConf.load(hydra_dir / "config.yaml")

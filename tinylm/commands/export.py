@@ -1,7 +1,7 @@
 """Export a trained checkpoint to one ONNX file that generates without PyTorch:
 
     python export.py                                      # newest run's best checkpoint, .onnx next to it
-    python export.py ckpt_path=path/to/last.ckpt out=model.onnx
+    python export.py ckpt_path=path/to/model.ckpt out=model.onnx
     python export.py run_dir=outputs/runs/<time>
     python generate.py ckpt_path=model.onnx prompt="我正在学习"   # ONNX Runtime and numpy only
 

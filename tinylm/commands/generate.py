@@ -2,7 +2,7 @@
 
     python generate.py prompt="我正在学习" max_new_tokens=200        # newest run's best checkpoint
     python generate.py run_dir=outputs/runs/<time> temperature=0.8 top_k=20 num_samples=3
-    python generate.py ckpt_path=path/to/last.ckpt prompt_file=start.txt seed=1 stop="\\n"
+    python generate.py ckpt_path=path/to/model.ckpt prompt_file=start.txt seed=1 stop="\\n"
     python generate.py ckpt_path=model.onnx prompt="我正在学习"       # exported by export.py
     python generate.py ckpt_path=numbers.ckpt prompt="三千零五"        # a translation model: 3005
     python generate.py ckpt_path=numbers.ckpt prompt_file=sources.txt beam_size=4  # one line out per line in

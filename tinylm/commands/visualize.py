@@ -1,6 +1,6 @@
 """Write a checkpoint's attention heatmaps as PNG files, for users who do not run TensorBoard:
 
-    python visualize.py ckpt_path=outputs/runs/<time>/checkpoints/last.ckpt text="自注意力可以让序列"
+    python visualize.py run_dir=outputs/runs/<time> text="自注意力可以让序列"
     python visualize.py run_dir=outputs/runs/<time> out_dir=attention_pngs
     python visualize.py                      # newest run's best checkpoint, default text
 

@@ -5,7 +5,7 @@
 
 Each comparison trains a few variants of the same run (same data, seed, steps, batch and block),
 one ``train.py`` process per variant, into ``<out>/<comparison>/<variant>/`` (an ordinary run
-folder: metrics.json, TensorBoard events, checkpoints, so ``generate.py run_dir=...`` works on it):
+folder: its metrics, TensorBoard events, checkpoints, so ``generate.py run_dir=...`` works on it):
 
 - positions:  learned table | fixed sin/cos | rotary (rope)
 - tokenizers: char | byte | BPE (``data.bpe_vocab_size``), compared in bits per character
@@ -24,7 +24,7 @@ the report. Every comparison includes the reference run (learned, char, gpt, con
 and the same training config): once trained, it is copied into the other comparisons' folders.
 
 Then ``<out>/REPORT.md`` gets one table per comparison (a row per variant, built by
-``tinylm.runs.sweep_report`` from each run's metrics.json) and ``<out>/<comparison>/curves.png`` the
+``tinylm.runs.sweep_report`` from each run's metrics) and ``<out>/<comparison>/curves.png`` the
 validation curves of its variants on one chart, read from the TensorBoard event files.
 
 The package reads in the order of the work: ``spec`` (what each comparison trains), ``runner``

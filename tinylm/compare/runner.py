@@ -46,7 +46,7 @@ def without_paths(config: dict) -> dict:
 
 
 def training_config(overrides: list[str]) -> dict:
-    """The train config these overrides compose to, as a run saves it (.hydra/config.yaml); one line for an
+    """The train config these overrides compose to, as a run records it (its config.yaml); one line for an
     override train.py would refuse (``tinylm.precheck``: a misspelled key, a config a group does not have)."""
     try:
         cfg = composed("train", ["tinylm train", *overrides], CONF_DIR)

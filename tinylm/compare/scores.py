@@ -5,9 +5,9 @@ validation curve against wall time, its cost per step; means and standard deviat
   position of the validation split once; kept in ``<run>/evaluate.json`` so a report is rebuilt for free;
 - at **equal wall time**: training's ``loss/val`` (its fixed validation batches, a sample), read from the
   TensorBoard events and interpolated at the same number of seconds for every run: the time the
-  fastest run needed for all its steps. Seconds count from the start of training (metrics.json's
+  fastest run needed for all its steps. Seconds count from the start of training (the run's metrics'
   ``wall_seconds`` ends at the last validation);
-- **cost per step**: metrics.json's wall seconds (validations and checkpoints included) over its steps.
+- **cost per step**: the run's metrics' wall seconds (validations and checkpoints included) over its steps.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ EVALUATION = "evaluate.json"
 
 
 def evaluate_run(run_dir: Path) -> dict:
-    """``python evaluate.py ckpt_path=<run>/checkpoints/last.ckpt`` in this process: {"loss", "bpc", "tokens", ...}."""
+    """``python evaluate.py`` on the run's last checkpoint, in this process: {"loss", "bpc", "tokens", ...}."""
     saved = run_dir / EVALUATION
     if saved.exists():
         return json.loads(saved.read_text())

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass
 class Comparison:
     title: str
-    metric: str  # the metric that decides (loss, bpc or exact_match: metrics.json val_<metric>)
+    metric: str  # the metric that decides (loss, bpc or exact_match: the run's metrics' val_<metric>)
     variants: dict[str, list[str]]  # variant name -> its train.py overrides
     note: str
     seeds: int = 1  # > 1: every variant trained with seeds 1 .. seeds (<variant>/seed<k>/), reported as mean ± sd

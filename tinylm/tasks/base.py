@@ -71,7 +71,7 @@ class Task:
 
     def validation_scores(self, counts: tuple[int, ...]) -> dict[str, float]:
         """The validation scores (name -> value) of the summed counts: logged as ``loss/val_<name>`` (beside
-        loss/val in TensorBoard), the run's metrics.json key ``val_<name>`` and in its final log line."""
+        loss/val in TensorBoard), the run's metrics key ``val_<name>`` and in its final log line."""
         return {}
 
     def generate(self, cfg: DictConfig, loaded: LoadedModel, prompt: str, seed: int) -> None:
