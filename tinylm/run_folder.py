@@ -13,10 +13,9 @@ under the outputs folder (``paths.log_dir``). It holds:
 - its TensorBoard event files, in the folder itself; runs of earlier releases hold them in ``tensorboard/``.
 
 Which checkpoint (``choose_checkpoint``): a file named by the user; else a run folder's best one, else its
-``last.ckpt``; else the newest run's under the outputs folder. "The newest run" is never a debug run
-(``debug=fast``, ...) while an ordinary run has checkpoints; the choice says which file and why (the newer
-debug runs passed over), for the line every command prints. Listing a run's checkpoints removes the
-partial checkpoints of a run whose writer is gone (``remove_stale_partials``); the tinylm tab lists them
+``last.ckpt``; else the newest run's under the outputs folder, never a debug run (``debug=fast``, ...) while
+an ordinary run has checkpoints; the choice says which file and why, for the line every command prints.
+Listing a run's checkpoints removes the partials of a run whose writer is gone; the tinylm tab lists them
 ``read_only``: it writes nothing and follows no link.
 """
 
@@ -306,11 +305,8 @@ def latest_last_checkpoint(log_dir: str | Path) -> tuple[Path, str]:
     return found[run][0], f"ckpt_path=last: the newest run's {LAST_NAME}{note}"
 
 
-def choose_checkpoint(
-    ckpt_path: str | Path | None = None,
-    run_dir: str | Path | None = None,
-    log_dir: str | Path = "outputs",
-) -> Chosen:
+def choose_checkpoint(ckpt_path: str | Path | None = None, run_dir: str | Path | None = None,
+                      log_dir: str | Path = "outputs") -> Chosen:
     """Resolve the user's choice: a checkpoint file, a run folder, or the newest run; and say why."""
     if ckpt_path and run_dir:
         raise TinyLMError("both ckpt_path and run_dir are set: pass only one of them")
@@ -326,11 +322,8 @@ def choose_checkpoint(
     return latest_checkpoint(log_dir)
 
 
-def find_checkpoint(
-    ckpt_path: str | Path | None = None,
-    run_dir: str | Path | None = None,
-    log_dir: str | Path = "outputs",
-) -> Path:
+def find_checkpoint(ckpt_path: str | Path | None = None, run_dir: str | Path | None = None,
+                    log_dir: str | Path = "outputs") -> Path:
     """The file ``choose_checkpoint`` picks, for code that needs only the path."""
     return choose_checkpoint(ckpt_path, run_dir, log_dir).path
 
