@@ -8,7 +8,7 @@ settings every Transformer here shares (heads, positions): the encoder-decoder's
 from __future__ import annotations
 
 from tinylm.models.checks import size_problems
-from tinylm.values import FLAG, POSITIVE_NUMBER, nullable, value_problem
+from tinylm.values import FLAG, POSITIVE_NUMBER, is_int, nullable, value_problem
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ATTN_IMPLS = ("sdpa", "explicit")
@@ -20,7 +20,7 @@ def attention_problems(cfg: dict) -> list[str]:
     """What is wrong with n_embd, num_heads and pos_encoding together, each one line."""
     problems = []
     n_embd, heads = cfg.get("n_embd"), cfg.get("num_heads")
-    if isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and n_embd % heads:
+    if is_int(n_embd) and is_int(heads) and heads > 0 and n_embd % heads:
         divisors = [d for d in range(1, n_embd + 1) if n_embd % d == 0]
         nearest = min(divisors, key=lambda d: (abs(d - heads), -d))
         problems.append(
@@ -29,10 +29,10 @@ def attention_problems(cfg: dict) -> list[str]:
         )
     if cfg.get("pos_encoding") not in POS_ENCODINGS:
         problems.append(f"model.pos_encoding={cfg.get('pos_encoding')!r}: choose one of {', '.join(POS_ENCODINGS)}")
-    if cfg.get("pos_encoding") == "sinusoidal" and isinstance(n_embd, int) and n_embd % 2:
+    if cfg.get("pos_encoding") == "sinusoidal" and is_int(n_embd) and n_embd % 2:
         problems.append(f"model.n_embd={n_embd} must be even for sinusoidal positions")
     rope = cfg.get("pos_encoding") == "rope"
-    if rope and isinstance(n_embd, int) and isinstance(heads, int) and heads > 0 and (n_embd // heads) % 2:
+    if rope and is_int(n_embd) and is_int(heads) and heads > 0 and (n_embd // heads) % 2:
         problems.append(
             f"head size model.n_embd/model.num_heads={n_embd // heads} must be even for rope positions "
             "(it rotates pairs of channels): change model.n_embd or model.num_heads"
