@@ -48,3 +48,19 @@ def test_what_both_tasks_use_lives_outside_the_text_task():
     shared = [ROOT / "tinylm" / "console.py", ROOT / "tinylm" / "callbacks" / "attention.py",
               *sorted((ROOT / "tinylm" / "generation").glob("*.py"))]
     assert not {str(p.relative_to(ROOT)): task_packages_imported(p) for p in shared if task_packages_imported(p)}
+
+
+def test_outside_the_tasks_the_package_imports_no_task_package_but_for_a_tasks_own_work():
+    """The text task is no common library: nothing of the package imports it outside its own package (the
+    configs name its data module and views as strings). Translation is imported only where its own decoding
+    is the work (the explorer's translate route, the analyses of an encoder-decoder) and for the config check
+    of its demo pairs."""
+    own_work = {"tinylm/explorer/views.py", "tinylm/analysis/translation.py", "tinylm/training/config_checks.py"}
+    reaches = {}
+    for path in sorted((ROOT / "tinylm").rglob("*.py")):
+        if path.is_relative_to(TASKS_DIR):
+            continue
+        name = str(path.relative_to(ROOT))
+        if packages := task_packages_imported(path) - ({"translation"} if name in own_work else set()):
+            reaches[name] = packages
+    assert not reaches
