@@ -25,7 +25,6 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import Chosen, choose_checkpoint
 from tinylm.textfile import unwritable_folder
 
 if TYPE_CHECKING:
@@ -137,15 +136,6 @@ def run_command(run: Callable[[DictConfig], object], cfg: DictConfig) -> None:
         raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:
         raise SystemExit(EXIT_INTERRUPTED) from None
-
-
-def checkpoint_from_config(cfg: DictConfig) -> Chosen:
-    """The checkpoint that ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir`` names, and
-    why (``tinylm.checkpoint.Chosen``)."""
-    def absolute(path) -> str | None:  # relative to where the command was launched
-        return hydra.utils.to_absolute_path(str(path)) if path else None
-
-    return choose_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)
 
 
 @contextmanager

@@ -14,8 +14,12 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from tinylm.run_folder import CONF_DIR, use_project_root
+from tinylm.run_folder import CONF_DIR, Chosen, choose_checkpoint, use_project_root
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 # `tinylm <command>`, in the order `tinylm --help` lists them
 COMMANDS = {
@@ -53,3 +57,14 @@ def launch(main: Callable[[], None], config_name: str, text_keys: Iterable[str],
         raise SystemExit(f"error: {e}") from None
     with quiet_broken_pipe():
         main()
+
+
+def checkpoint_from_config(cfg: DictConfig) -> Chosen:
+    """The checkpoint that a command's ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir``
+    names, and why (``tinylm.run_folder.choose_checkpoint``)."""
+    import hydra
+
+    def absolute(path) -> str | None:  # relative to where the command was launched
+        return hydra.utils.to_absolute_path(str(path)) if path else None
+
+    return choose_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)

@@ -29,8 +29,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import check_out_dir, checkpoint_from_config, run_command, writing_into
-from tinylm.commands import CONF_DIR, launch
+from tinylm.cli import check_out_dir, run_command, writing_into
+from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
 from tinylm.commands.options import ANALYZE
 from tinylm.errors import TinyLMError
 from tinylm.run_folder import CHECKPOINTS_DIR

@@ -24,8 +24,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from tinylm.cli import checkpoint_from_config, resolve_path, run_command
-from tinylm.commands import CONF_DIR, launch
+from tinylm.cli import resolve_path, run_command
+from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
 from tinylm.commands.options import EVALUATE
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError

@@ -18,8 +18,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import checkpoint_from_config, run_command
-from tinylm.commands import CONF_DIR, launch
+from tinylm.cli import run_command
+from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
 from tinylm.console import checkpoint_name, shown_path
 from tinylm.errors import TinyLMError
 from tinylm.tasks import get_task

@@ -27,8 +27,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.cli import checkpoint_from_config, run_command
-from tinylm.commands import CONF_DIR, launch
+from tinylm.cli import run_command
+from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
 from tinylm.commands.options import GENERATE
 from tinylm.console import Sampler, print_samples, unescape
 from tinylm.errors import TinyLMError

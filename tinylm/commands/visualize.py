@@ -21,8 +21,8 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
-from tinylm.cli import check_out_dir, checkpoint_from_config, encode_text, run_command, writing_into
-from tinylm.commands import CONF_DIR, launch
+from tinylm.cli import check_out_dir, encode_text, run_command, writing_into
+from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
 from tinylm.console import say_checkpoint
 from tinylm.tasks import get_task
 
