@@ -18,15 +18,14 @@ from tinylm.checkpoint import load_model
 from tinylm.cli import quote_values
 from tinylm.console import printable
 from tinylm.errors import TinyLMError
+from tinylm.generation.prompting import encode_prompt, validate_sampling
 from tinylm.generation.sampling import (
-    encode_prompt,
     generate,
     keep_top_k,
     keep_top_p,
     sample_next,
     stream_text,
     stream_tokens,
-    validate_sampling,
 )
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.tracing import trace_shapes

@@ -12,7 +12,8 @@ import torch
 from conftest import ROOT, TINY_MODEL, compose
 
 from tinylm.checkpoint import load_model
-from tinylm.generation.sampling import encode_prompt, generate
+from tinylm.generation.prompting import encode_prompt
+from tinylm.generation.sampling import generate
 from tinylm.runs.job import main as train_main
 
 FIXTURES = ROOT / "tests" / "fixtures"

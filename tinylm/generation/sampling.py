@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.errors import TinyLMError
-from tinylm.generation.prompting import encode_prompt, text_pieces, validate_sampling  # noqa: F401 (encode_prompt: re-exported)
+from tinylm.generation.prompting import text_pieces, validate_sampling
 from tinylm.models import LanguageModel
 from tinylm.models.base import eval_no_grad
 from tinylm.tokenizer import Tokenizer

@@ -8,7 +8,8 @@ import torch
 
 from tinylm.callbacks.inspector import PeriodicInspector, tensorboard_writer, training_text_opening, without_unknown
 from tinylm.errors import TinyLMError
-from tinylm.generation.sampling import encode_prompt, generate, validate_sampling
+from tinylm.generation.prompting import encode_prompt, validate_sampling
+from tinylm.generation.sampling import generate
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 from tinylm.values import check_value, integer
 
