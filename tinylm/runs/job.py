@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
+from tinylm.partial_checkpoints import remove_partial_checkpoints
 from tinylm.runs.folder import discard_new_folder, keep_folder
 from tinylm.runs.job_files import ERROR, METRICS, read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
@@ -40,7 +41,7 @@ from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
 from tinylm.training.fit import build, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
-from tinylm.training.safety import exit_code, remove_partial_checkpoints
+from tinylm.training.safety import exit_code
 
 log = logging.getLogger(__name__)
 

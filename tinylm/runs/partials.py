@@ -17,23 +17,10 @@ import os
 import stat
 from pathlib import Path
 
+from tinylm.partial_checkpoints import partial_checkpoints
 from tinylm.runs.job_files import MARKER, alive, read_marker
 
-TMP_SUFFIX = ".tmp"  # a checkpoint being written: <name>.ckpt.tmp
 MARKER_BYTES = 4096  # a claim is a line of JSON: a larger or non-regular running.json is not read
-
-
-def partial_checkpoints(checkpoint_dir: Path) -> list[Path]:
-    return sorted(Path(checkpoint_dir).glob(f"*.ckpt{TMP_SUFFIX}"))
-
-
-def remove_partial_checkpoints(checkpoint_dir: Path, keep: Path | None = None) -> list[Path]:
-    """Remove the ``*.ckpt.tmp`` in ``checkpoint_dir`` but ``keep`` (call it as the folder's one writer:
-    holding the run folder, ``tinylm.runs.lock``, or writing a checkpoint there); return what was removed."""
-    removed = [tmp for tmp in partial_checkpoints(checkpoint_dir) if tmp != keep]
-    for tmp in removed:
-        tmp.unlink(missing_ok=True)
-    return removed
 
 
 def writer_gone(run_dir: Path) -> bool:

@@ -3,7 +3,7 @@
 - ``AtomicCheckpointIO`` writes ``<name>.tmp`` next to the target, fsyncs it and renames it over
   the target, so ``kill -9`` at any moment leaves either the old good file or the new one (and a
   ``.tmp`` that the next checkpoint written there, the run's next start or the next listing of its
-  checkpoints removes: ``tinylm.runs.partials``). A write that fails (a full disk) removes its
+  checkpoints removes: ``tinylm.partial_checkpoints``). A write that fails (a full disk) removes its
   ``.tmp``, keeps the old file and is one ``error:`` line.
 - ``GracefulInterrupt`` turns Ctrl-C (SIGINT) and SIGTERM (``kill``, ``docker stop``, a SLURM
   pre-emption) into: finish the step, save ``last.ckpt``, stop. ``train.py`` then exits 130 after
@@ -24,7 +24,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from tinylm.errors import TinyLMError
-from tinylm.runs.partials import TMP_SUFFIX, remove_partial_checkpoints
+from tinylm.partial_checkpoints import TMP_SUFFIX, remove_partial_checkpoints
 
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # what stops a run cleanly, as told to the user
 # what a second stop signal does: stop at once (SIGINT raises KeyboardInterrupt, SIGTERM ends the process)
