@@ -216,7 +216,7 @@ def entry_point(script: str):
     its ``run(cfg)`` in-process; run folders under the checkout, as the script puts them."""
     import importlib
 
-    from tinylm.commands import use_project_root
+    from tinylm.run_folder import use_project_root
 
     use_project_root()
     return importlib.import_module(f"tinylm.commands.{script.removesuffix('.py')}")

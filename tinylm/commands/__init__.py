@@ -16,10 +16,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from tinylm.run_folder import CONF_DIR, Chosen, choose_checkpoint, use_project_root
-
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from tinylm.run_folder import Chosen
 
 # `tinylm <command>`, in the order `tinylm --help` lists them
 COMMANDS = {
@@ -34,9 +34,13 @@ EXIT_INTERRUPTED = 130
 
 
 def run_command(name: str) -> None:
-    """Run command ``name`` on ``sys.argv[1:]`` (its ``KEY=VALUE`` overrides and Hydra's flags)."""
-    use_project_root()
+    """Run command ``name`` on ``sys.argv[1:]`` (its ``KEY=VALUE`` overrides and Hydra's flags). This module
+    imports nothing at its top but the standard library: a Ctrl-C while Python is still starting is caught
+    here, as early as a launcher can."""
     try:  # Ctrl-C while Python is still importing: stop quietly, like any interrupted program
+        from tinylm.run_folder import use_project_root
+
+        use_project_root()
         command = importlib.import_module(f"tinylm.commands.{name}")
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
@@ -49,6 +53,7 @@ def launch(main: Callable[[], None], config_name: str, text_keys: Iterable[str],
     from tinylm.cli import quiet_broken_pipe, quote_values
     from tinylm.errors import TinyLMError
     from tinylm.precheck import composed
+    from tinylm.run_folder import CONF_DIR
 
     sys.argv = quote_values(quote_values(sys.argv, text_keys, literal=True), path_keys)
     try:
@@ -63,6 +68,8 @@ def checkpoint_from_config(cfg: DictConfig) -> Chosen:
     """The checkpoint that a command's ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir``
     names, and why (``tinylm.run_folder.choose_checkpoint``)."""
     import hydra
+
+    from tinylm.run_folder import choose_checkpoint
 
     def absolute(path) -> str | None:  # relative to where the command was launched
         return hydra.utils.to_absolute_path(str(path)) if path else None

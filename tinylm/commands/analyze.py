@@ -30,10 +30,10 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.cli import check_out_dir, run_command, writing_into
-from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
+from tinylm.commands import checkpoint_from_config, launch
 from tinylm.commands.options import ANALYZE
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import CHECKPOINTS_DIR
+from tinylm.run_folder import CHECKPOINTS_DIR, CONF_DIR
 from tinylm.values import check_options
 
 TEXT_KEYS = ("text", "corrupt_text", "target")  # free text, taken literally

@@ -25,11 +25,11 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tinylm.cli import resolve_path, run_command
-from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
+from tinylm.commands import checkpoint_from_config, launch
 from tinylm.commands.options import EVALUATE
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR
+from tinylm.run_folder import CHECKPOINTS_DIR, CONF_DIR, HYDRA_DIR
 from tinylm.tasks import get_task
 from tinylm.tasks.data_file import missing_data_file
 from tinylm.values import check_options, one_line

@@ -19,9 +19,10 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.cli import run_command
-from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
+from tinylm.commands import checkpoint_from_config, launch
 from tinylm.console import checkpoint_name, shown_path
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CONF_DIR
 from tinylm.tasks import get_task
 
 PATH_KEYS = ("ckpt_path", "run_dir", "out", "paths.log_dir")

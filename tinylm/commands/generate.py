@@ -28,10 +28,11 @@ import hydra
 from omegaconf import DictConfig
 
 from tinylm.cli import run_command
-from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
+from tinylm.commands import checkpoint_from_config, launch
 from tinylm.commands.options import GENERATE
 from tinylm.console import Sampler, print_samples, unescape
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CONF_DIR
 from tinylm.tasks import get_task
 from tinylm.textfile import as_lines, read_capped_bytes
 from tinylm.values import check_options

@@ -20,8 +20,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quote_values
-from tinylm.commands import CONF_DIR
 from tinylm.errors import TinyLMError
+from tinylm.run_folder import CONF_DIR
 from tinylm.runs.folder import discard_new_folder, newest_sweep_dir, note_given_run_dir, register_resolvers
 from tinylm.tasks import refuse_derived
 

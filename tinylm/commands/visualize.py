@@ -22,8 +22,9 @@ from omegaconf import DictConfig
 
 from tinylm.checkpoint import load_model
 from tinylm.cli import check_out_dir, encode_text, run_command, writing_into
-from tinylm.commands import CONF_DIR, checkpoint_from_config, launch
+from tinylm.commands import checkpoint_from_config, launch
 from tinylm.console import say_checkpoint
+from tinylm.run_folder import CONF_DIR
 from tinylm.tasks import get_task
 
 TEXT_KEYS = ("text",)  # free text, taken literally
