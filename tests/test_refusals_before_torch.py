@@ -24,6 +24,9 @@ REFUSALS = {  # the command line -> how its one line starts
                                                      "model.num_layers?"),
     "train-group": (["train.py", "model=transformer"], "error: invalid config: model=transformer is not a config of "
                                                        "conf/model/: choose one of gpt, lstm, seq2seq"),
+    "train-muon": (["train.py", "optim=muon", "model=lstm"],
+                   "error: invalid config: optim=muon trains the weight matrices of residual blocks, and "
+                   "model.arch=lstm has none: use optim=adamw, or a model with them (model=gpt or model=seq2seq)"),
     "train-offline": (["train.py", *SHAKESPEARE], "error: could not download file:///nowhere/input.txt ("),
     "train-resume": (["train.py", "ckpt_path=missing.ckpt"],
                      "error: checkpoint file {cwd}/missing.ckpt does not exist"),

@@ -4,8 +4,10 @@ Hydra answers a misspelled key (``model.num_layer=6``) or a config that is not i
 (``model=transformer``) with 6-10 lines, and for a key its hint is ``+model.num_layer=6``, which
 adds the typo to the config. ``composed`` composes the command's config first, as the command will,
 and turns each such override into one line: the key with the keys that are there (a close one
-suggested: "did you mean model.num_layers?"), the group option with the options there are. Every bad
-override is said at once: an override Hydra refused is left out and the rest composed again.
+suggested: "did you mean model.num_layers?"), the group option with the options there are. A key the
+config has not but what receives its group takes (``trainer.limit_val_batches``, a Trainer argument:
+``config_keys.ADDED_WITH_PLUS``) is one line saying to add it with ``+``. Every bad override is said at
+once: an override Hydra refused is left out and the rest composed again.
 
 It runs before Hydra creates anything and imports neither torch nor Lightning. A command line with
 Hydra's own flags (``--help``, ``--cfg job``, ``-cd DIR``, ...) is left to Hydra. In a sweep (``-m``)
@@ -29,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from tinylm.errors import TinyLMError
-from tinylm.training.config_keys import SET_BY_TRAIN, unknown_key_lines
+from tinylm.training.config_keys import ADDED_WITH_PLUS, SET_BY_TRAIN, unknown_key_lines
 
 MULTIRUN = ("-m", "--multirun")
 CHOICE_SWEEPS = ("CHOICE_SWEEP", "SIMPLE_CHOICE_SWEEP", "RANGE_SWEEP")  # those whose values can be listed
@@ -99,15 +101,22 @@ def _missing_option(group: str, name: str, options: list[str]) -> str:
     return f"{group}={name} is not a config of conf/{group}/: {hint}choose one of {', '.join(options)}"
 
 
-def _unknown_line(full_key: str, parent: DictConfig, config_name: str, choices: dict) -> str:
-    """The line for a key ``parent`` has not: the keys it has, a close one suggested."""
+def _unknown_line(full_key: str, parent: DictConfig, config_name: str, choices: dict,
+                  override: str | None = None) -> str:
+    """The line for a key ``parent`` has not: to add it with ``+`` when what receives it takes it (``override``:
+    the command line's ``key=value`` that set it), else the keys it has, a close one suggested."""
     where, _, key = full_key.rpartition(".")
     known = [str(k) for k in parent if k != "hydra" and not str(k).startswith("_")]
+    addable, taker = ADDED_WITH_PLUS.get(where, ((), "")) if config_name == "train" else ((), "")
+    addable = [k for k in addable if k not in known]
+    if key in addable:
+        added = override if override and override.startswith((f"{full_key}=", f"{full_key}.")) else f"{full_key}=VALUE"
+        return f"{full_key} is not in conf/{where}: add it with +{added} ({taker})"
     command = "the training config" if config_name == "train" else f"the {config_name}.py config"
     owner = (f"{where}={choices[where]}" if choices.get(where) else where) if where else \
         f"{command} (conf/{config_name}.yaml)"
     set_by = SET_BY_TRAIN if config_name == "train" else {}
-    return unknown_key_lines(where, [key], known, owner, "has", set_by)[full_key]
+    return unknown_key_lines(where, [key], known, owner, "has", set_by, addable)[full_key]
 
 
 def _missing_key(key: str, cfg: DictConfig) -> tuple[str, DictConfig] | None:
@@ -122,14 +131,15 @@ def _missing_key(key: str, cfg: DictConfig) -> tuple[str, DictConfig] | None:
     return None
 
 
-def _why(error: HydraException, override: str | None, config_name: str, choices: dict) -> str:
-    """One line for an override Hydra could not apply (``choices``: the config groups' picks, when known)."""
+def _why(error: HydraException, override: str | None, config_name: str, choices: dict, given: str | None) -> str:
+    """One line for an override Hydra could not apply (``choices``: the config groups' picks, when known;
+    ``given``: the override as the command line has it, a sweep's whole)."""
     cause = error.__cause__
     if isinstance(error, MissingConfigException) and error.options is not None and error.missing_cfg_file:
         group, _, name = error.missing_cfg_file.rpartition("/")
         return _missing_option(group, name, error.options)
     if isinstance(cause, KEY_ERRORS) and isinstance(cause.parent_node, DictConfig) and cause.full_key:
-        return _unknown_line(str(cause.full_key), cause.parent_node, config_name, choices)
+        return _unknown_line(str(cause.full_key), cause.parent_node, config_name, choices, given)
     return f"{override + ': ' if override else ''}{joined_lines(str(error))}"
 
 
@@ -139,9 +149,11 @@ def _unreadable(override: str, error: HydraException, cfg: DictConfig | None, co
     key, eq, value = override.partition("=")
     key = key.lstrip("+~")
     missing = _missing_key(key, cfg) if eq and cfg is not None and key else None
+    quotable = eq and "'" not in value
     if missing is not None:
-        return _unknown_line(*missing, config_name, dict(cfg.hydra.runtime.choices))
-    quoted = f": quote the value, {key}='{value}'" if eq and "'" not in value else ""
+        return _unknown_line(*missing, config_name, dict(cfg.hydra.runtime.choices),
+                             f"{key}='{value}'" if quotable else None)
+    quoted = f": quote the value, {key}='{value}'" if quotable else ""
     return f"cannot read {override} ({joined_lines(str(error))}){quoted}"
 
 
@@ -178,10 +190,10 @@ def composed(config_name: str, argv: list[str], conf_dir: Path) -> DictConfig | 
                 unreadable[override] = e
         sweeps = bool(set(MULTIRUN) & set(args)) or _multirun_by_config(config_name, parsed)
         problems = _sweep_problems(parsed) if sweeps else []
-        overrides = [o.input_line for o in parsed]
-        if sweeps:  # the first job; a sweep the sweeper draws from (interval, glob) is the sweeper's
-            overrides = [_first_job(o) if _listed(o) else o.input_line for o in parsed
-                         if not o.is_sweep_override() or _listed(o)]
+        # a sweep's first job; a sweep the sweeper draws from (interval, glob) is the sweeper's
+        kept = [o for o in parsed if not (sweeps and o.is_sweep_override() and not _listed(o))]
+        overrides = [_first_job(o) if sweeps and _listed(o) else o.input_line for o in kept]
+        given = dict(zip(overrides, [o.input_line for o in kept], strict=True))  # each as the command line has it
         refused: list[tuple[HydraException, str | None]] = []
         cfg = None
         while len(refused) < MAX_PROBLEMS:
@@ -194,7 +206,7 @@ def composed(config_name: str, argv: list[str], conf_dir: Path) -> DictConfig | 
                     break
                 overrides.remove(refused[-1][1])
     choices = dict(cfg.hydra.runtime.choices) if cfg is not None else {}
-    problems += [_why(error, override, config_name, choices) for error, override in refused]
+    problems += [_why(error, override, config_name, choices, given.get(override)) for error, override in refused]
     problems += [_unreadable(override, error, cfg, config_name) for override, error in unreadable.items()]
     if problems:
         raise TinyLMError("; ".join(dict.fromkeys(problems)))

@@ -4,7 +4,10 @@ A ``_target_`` entry's keys are its constructor's arguments (followed through ``
 that is known, ``KWARGS_GO_TO``), the model's are the fields of its class's config (``model._target_``), the
 Trainer's the arguments train.py passes on, and the top level's those of conf/train.yaml. Each
 unknown key is one line naming the keys that are taken, with a close match suggested, so that
-Hydra's own advice for a typo (``+model.n_emb=32``) is not a TypeError from a constructor.
+Hydra's own advice for a typo (``+model.n_emb=32``) is not a TypeError from a constructor. A key that
+what receives its group takes though the group's config files have it not (``ADDED_WITH_PLUS``: a Trainer
+argument) is known without importing the receiver, so that the command line check (``tinylm.precheck``)
+says to add it with ``+``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import difflib
 import importlib.util
 import inspect
 from collections.abc import Callable, Collection
-from functools import cache
 
 from hydra._internal.utils import _locate  # hydra.utils.get_object without its error log line
 from omegaconf import DictConfig, OmegaConf
@@ -44,14 +46,23 @@ RULED = {"optim": "optim", "callbacks.early_stopping": "early stopping"}
 # The optim keys only conf/optim/muon.yaml's function takes: refused under any other optimizer.
 MUON = "tinylm.training.muon.muon"
 MUON_ONLY = ("muon_lr", "momentum", "ns_steps", "ns_dtype")
-
-
-@cache
-def trainer_args() -> set[str]:
-    """Trainer arguments passed through untouched (Lightning checks them); train.py sets three itself."""
-    import lightning as L
-
-    return set(inspect.signature(L.Trainer.__init__).parameters) - {"self", "callbacks", "logger", "plugins"}
+# Lightning's Trainer.__init__ arguments, in its order: known without importing Lightning (tests/test_precheck_hints.py
+# holds them to the installed Lightning's).
+TRAINER_ARGUMENTS = (
+    "accelerator", "strategy", "devices", "num_nodes", "precision", "logger", "callbacks", "fast_dev_run", "max_epochs",
+    "min_epochs", "max_steps", "min_steps", "max_time", "limit_train_batches", "limit_val_batches",
+    "limit_test_batches", "limit_predict_batches", "overfit_batches", "val_check_interval", "check_val_every_n_epoch",
+    "num_sanity_val_steps", "log_every_n_steps", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
+    "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic", "benchmark",
+    "inference_mode", "use_distributed_sampler", "profiler", "detect_anomaly", "barebones", "plugins",
+    "sync_batchnorm", "reload_dataloaders_every_n_epochs", "default_root_dir", "enable_autolog_hparams",
+    "model_registry",
+)
+# The Trainer arguments train.py passes on untouched (Lightning checks them): it sets the other three itself.
+TRAINER_PASSED_ON = tuple(a for a in TRAINER_ARGUMENTS if a not in ("callbacks", "logger", "plugins"))
+# A group -> (the keys what receives it takes, what that is): a key of these that the group's config files have not
+# is added with ``+`` (``+trainer.limit_val_batches=2``).
+ADDED_WITH_PLUS = {"trainer": (TRAINER_PASSED_ON, "a Lightning Trainer argument")}
 
 
 def arguments(target: Callable) -> list[str] | None:
@@ -71,9 +82,11 @@ def arguments(target: Callable) -> list[str] | None:
 
 
 def unknown_key_lines(where: str, keys, known: list[str], owner: str, verb: str = "takes",
-                      set_by: dict[str, dict[str, str]] = SET_BY_TRAIN) -> dict[str, str]:
+                      set_by: dict[str, dict[str, str]] = SET_BY_TRAIN,
+                      addable: Collection[str] = ()) -> dict[str, str]:
     """``where.key`` -> its one line, for each of ``keys`` that is not ``known`` (nor a Hydra ``_key_``): the keys
-    ``owner`` takes (or ``has``), a close one suggested; ``set_by``: the keys train.py sets itself."""
+    ``owner`` takes (or ``has``), a close one suggested (of ``addable``, those added with ``+``, when none of
+    ``known`` is close); ``set_by``: the keys train.py sets itself."""
     problems = {}
     for key in keys:
         full = f"{where}.{key}" if where else str(key)
@@ -83,7 +96,9 @@ def unknown_key_lines(where: str, keys, known: list[str], owner: str, verb: str 
             problems[full] = f"{full} is not a setting: train.py sets it from {set_by[where][key]}; remove it"
             continue
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8)
-        fix = f"did you mean {where + '.' if where else ''}{close[0]}?" if close else "remove it"
+        plus = "" if close else "+"
+        close = close or difflib.get_close_matches(str(key), addable, n=1, cutoff=0.8)
+        fix = f"did you mean {plus}{where + '.' if where else ''}{close[0]}?" if close else "remove it"
         problems[full] = f"{full} is unknown: {fix} ({owner} {verb} {', '.join(known)})"
     return problems
 
@@ -151,5 +166,5 @@ def unknown_keys(cfg: DictConfig, rules: Collection[str], quick: bool = False) -
         owner = f"model.arch={arch}" if arch else f"model._target_={cfg.model.get('_target_')}"
         problems |= unknown_key_lines("model", cfg.model, fields, owner)
     problems |= {f"trainer.{key}": f"trainer.{key} is not a Lightning Trainer argument train.py can pass on: remove it"
-                 for key in cfg.trainer if key != "_target_" and key not in trainer_args()}
+                 for key in cfg.trainer if key != "_target_" and key not in TRAINER_PASSED_ON}
     return problems
