@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard import SummaryWriter
 
 from tinylm.errors import TinyLMError
+from tinylm.tasks.probe_text import text_opening
 from tinylm.tokenizer import Tokenizer
 from tinylm.values import POSITIVE_INT, check_value, nullable
 
@@ -49,9 +50,7 @@ def training_text_opening(trainer: L.Trainer, tokenizer: Tokenizer, max_chars: i
     ids = getattr(trainer.datamodule, "train_ids", None)
     if ids is None:
         raise TinyLMError("no training text to take a default from: set the text in the config")
-    head = tokenizer.decode(ids[: 4 * max_chars + 256].tolist())  # 4: longest UTF-8 character
-    lines = [line.strip() for line in head.splitlines() if line.strip()]
-    return lines[0][:max_chars] if lines else ""
+    return text_opening(tokenizer.decode(ids[: 4 * max_chars + 256].tolist()), max_chars)  # 4: longest UTF-8 char
 
 
 def validate_interval(owner: str, every_n_steps) -> int | None:

@@ -26,8 +26,9 @@ from typing import TypeVar
 from tinylm.analysis.hooks import switchable
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
-from tinylm.explorer.runfiles import checkpoint_stamp
+from tinylm.explorer.runfiles import checkpoint_stamp, unreadable_record
 from tinylm.explorer.runs import RunFolder
+from tinylm.run_folder import HYDRA_DIR, shown_path
 from tinylm.tasks.base import LoadedModel
 
 KEPT = 4
@@ -63,6 +64,16 @@ def describe(loaded: LoadedModel) -> dict:
         "heads": attentions[0].num_heads if attentions else 0,
         "block_size": model.config.block_size,
     }
+
+
+def loaded_in_tab(path: Path) -> LoadedModel:
+    """``load_model`` of checkpoint ``path`` (in ``<run>/checkpoints/``); when the tab may not read its run's
+    ``config.yaml``, what its vocabulary's messages say of the run's data is that it is unknown (not a guess)."""
+    loaded = load_model(path)
+    if unreadable_record(path.parent.parent):
+        loaded.tokenizer.origin = (f"checkpoint {shown_path(path)} (trained on unknown data: its run's "
+                                   f"{HYDRA_DIR}/config.yaml cannot be read)")
+    return loaded
 
 
 def stamp_of(path: Path) -> tuple[int, int]:
@@ -106,7 +117,7 @@ class Models:
                     self._kept.move_to_end(path)
                     return kept
             try:
-                loaded = load_model(path)
+                loaded = loaded_in_tab(path)
             except TinyLMError:
                 if stamp_of(path) != current:
                     raise Changed(f"checkpoint {path.name} changed while being read: ask again") from None

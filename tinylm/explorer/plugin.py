@@ -5,7 +5,8 @@ TensorBoard loads it through the entry point and mounts ``get_plugin_apps()`` un
 The tab is the ES module ``static/index.js`` (``frontend_metadata``), which imports its other files by
 relative URL: every other path is a file of ``static/`` (the catch-all route). The routes (docs/inside.md):
 
-    runs                         the runs of the logdir that have a checkpoint, each with the text it opens on
+    runs                         the runs of the logdir that have a checkpoint: each its name (what the routes
+                                 take), its label (as TensorBoard lists it) and the text it opens on
     attention?run=R&text=T[&ablate=...]           every layer's and head's attention on the text
     predict?run=R&text=T[&ablate=1.0,1.3][&k=5]   the next tokens at each position, heads switched off
     lens?run=R&text=T[&ablate=...]                the logit lens
@@ -123,7 +124,7 @@ class TinyLMPlugin(base_plugin.TBPlugin):
             except TinyLMError as e:  # e.g. not a tinylm checkpoint, or too big
                 skipped.append({"name": run.name, "error": one_line(e)})
                 continue
-            listed.append({"name": run.name, **described, "text": text})
+            listed.append({"name": run.name, "label": run.label(), **described, "text": text})
         return {"runs": listed, "skipped": skipped}
 
     @json_route

@@ -2,17 +2,19 @@
 
 The tab reads two kinds of file below the logdir: a run's checkpoints (``tinylm.run_folder.run_checkpoints``
 read only, loaded by ``tinylm.checkpoint.load_model``) and its Hydra record (``config.yaml``, for the probe
-text); TensorBoard reads the event files. A file is read only when
-it is a regular file with no symbolic link on its way from the logdir (the logdir itself may be a link:
-it is resolved once, when the tab starts), and never more of it than a cap: ``MAX_CHECKPOINT_MIB`` of a
-checkpoint, ``MAX_RECORD_MIB`` of a record. A link, a FIFO, a device or a folder under such a name is
-as if it were not there; so is a run folder, its checkpoints' folder or its record's that is a link
-(``tinylm.explorer.runs.scan`` lists no run through one). Nothing is opened in a way that can block.
+text and the data, ``hydra.yaml``); TensorBoard reads the event files. Outside it, the tab reads the opening
+of the data file a run's record names (``head_of``). A file is read only when it is a regular file with no
+symbolic link on its way (the logdir itself may be a link: it is resolved once, when the tab starts), and
+never more of it than a cap: ``MAX_CHECKPOINT_MIB`` of a checkpoint, ``MAX_RECORD_MIB`` of a record, the first
+bytes of a data file. A link, a FIFO, a device or a folder under such a name is as if it were not there;
+so is a run folder, its checkpoints' folder or its record's that is a link (``tinylm.explorer.runs.scan``
+lists no run through one). Nothing is opened in a way that can block.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import stat
 from pathlib import Path
 
@@ -48,22 +50,50 @@ def checkpoint_stamp(path: Path) -> tuple[int, int]:
 
 def probe_text(run_dir: Path, view: tuple[str, str]) -> str | None:
     """``callbacks.<view[0]>.<view[1]>`` of the run's recorded ``config.yaml``; None without one it may read."""
-    record = run_dir / HYDRA_DIR / "config.yaml"
-    if not unlinked(record):
+    try:
+        text = record(run_dir)["callbacks"][view[0]][view[1]]
+    except (TypeError, KeyError):
+        return None
+    return text if isinstance(text, str) else None
+
+
+def record(run_dir: Path, name: str = "config.yaml") -> dict | None:
+    """The run's recorded ``name`` (``config.yaml``, ``hydra.yaml``), parsed; None without one it may read."""
+    path = run_dir / HYDRA_DIR / name
+    if not unlinked(path):
         return None
     try:
-        modified = record.lstat().st_mtime_ns
+        modified = path.lstat().st_mtime_ns
     except OSError:
         return None
-    return text_in_record(record, modified, view)
+    return parsed_record(path, modified)
+
+
+def unreadable_record(run_dir: Path) -> bool:
+    """Whether the run has a ``config.yaml`` that the tab may not read (a link, a FIFO, too big, not YAML)."""
+    path = run_dir / HYDRA_DIR / "config.yaml"
+    return os.path.lexists(path) and record(run_dir) is None
 
 
 @functools.lru_cache(maxsize=256)
-def text_in_record(record: Path, modified: int, view: tuple[str, str]) -> str | None:
-    """``probe_text``'s answer, parsed once per version of the file."""
+def parsed_record(path: Path, modified: int) -> dict | None:
+    """``record``'s answer, parsed once per version of the file."""
     try:
-        text = yaml.safe_load(read_capped_bytes(record, "config.yaml", MAX_RECORD_MIB, links=False))
-        text = text["callbacks"][view[0]][view[1]]
-    except (TinyLMError, yaml.YAMLError, RecursionError, TypeError, KeyError):
+        parsed = yaml.safe_load(read_capped_bytes(path, path.name, MAX_RECORD_MIB, links=False))
+    except (TinyLMError, yaml.YAMLError, RecursionError):
         return None
-    return text if isinstance(text, str) else None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def head_of(path: Path, size: int) -> bytes | None:
+    """The first ``size`` bytes of the regular file ``path`` (no link on its way, opened without blocking);
+    None when the tab may not read it."""
+    if not unlinked(path):
+        return None
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW), "rb") as f:
+            return f.read(size) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
+    except OSError:
+        return None

@@ -4,7 +4,8 @@ A run folder (``tinylm.run_folder``) holds its checkpoints and either Hydra's re
 files: a training run (``runs/<time>/``) or a sweep's job
 (``multirun/<time>/<job>/``), at most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run
 is named by its path relative to the logdir, as TensorBoard names runs; its events are TensorBoard's
-run(s) ``<name>[/...]``. The browser only ever sends such a name back: ``Runs.find`` looks it up in the
+run(s) ``<name>[/...]``, and the run picker shows the run as TensorBoard lists it (``RunFolder.label``: a sweep
+job's swept settings after its name). The browser only ever sends such a name back: ``Runs.find`` looks it up in the
 listing, so no path it sends is ever opened; a folder whose name it would refuse (``looks_like_a_path``)
 is not listed. No link is followed (``tinylm.explorer.runfiles`` has the rule, and what of a run is
 read). A slow folder holds up no other request: the listing is made outside the lock, which only guards
@@ -75,6 +76,24 @@ class RunFolder:
         view = ("translation_maps", "source") if task == "translation" else ("attention_maps", "text")
         return runfiles.probe_text(self.path, view)
 
+    def label(self) -> str:
+        """The run as TensorBoard lists it, for the run picker: its name, and after it a sweep job's one folder
+        of event files (``<swept settings>``: what sets the jobs of a sweep apart), in the run folder or, in a
+        run of an earlier release, in its ``tensorboard/``."""
+        settings = {p.name for folder in (self.path, self.path / EARLIER_EVENTS_DIR) for p in sub_folders(folder)
+                    if p.name != EARLIER_EVENTS_DIR and holds_event_files(p)}
+        if len(settings) != 1:
+            return self.name
+        return settings.pop() if self.name == "." else f"{self.name}/{settings.pop()}"
+
+
+def sub_folders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (not links to them); none when it cannot be listed."""
+    try:
+        return [p for p in folder.iterdir() if runfiles.real_dir(p)]
+    except OSError:
+        return []
+
 
 def is_run_folder(path: Path) -> bool:
     if not runfiles.real_dir(path / CHECKPOINTS_DIR):
@@ -82,11 +101,8 @@ def is_run_folder(path: Path) -> bool:
     if runfiles.real_dir(path / HYDRA_DIR):
         return True
     events = events_folder(path)  # the run folder, or an earlier release's tensorboard/
-    try:
-        below = [p for p in events.iterdir() if runfiles.real_dir(p)]  # a sweep job's <swept settings>/
-    except OSError:
-        return False
-    return holds_event_files(events) or any(holds_event_files(p) for p in below)
+    # a sweep job's <swept settings>/
+    return holds_event_files(events) or any(holds_event_files(p) for p in sub_folders(events))
 
 
 def scan(logdir: Path) -> list[RunFolder]:

@@ -50,7 +50,7 @@ export async function render() {
       "saved one (at its first validation). Reload the page then."));
   }
   const state = { run: runs.find((r) => r.task === "text" && r.kind !== "rnn") || runs[0], view: null };
-  put(picker, runs.map((run) => h("option", { value: run.name }, run.name === "." ? "(the logdir itself)" : run.name)));
+  put(picker, runs.map((run) => h("option", { value: run.name }, run.label === "." ? "(the logdir itself)" : run.label)));
   picker.value = state.run.name;
 
   function show() {
