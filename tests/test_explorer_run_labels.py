@@ -101,7 +101,11 @@ def test_the_run_picker_shows_the_labels_and_sends_the_names(tmp_path, gpt_run):
         tb.stop(server.proc)
 
 
-def test_a_run_without_a_probe_opens_on_its_probe_rule_applied_to_its_data_file(tmp_path, gpt_run):
+def test_a_run_without_a_probe_opens_on_its_probe_rule_applied_to_its_data_file(tmp_path, gpt_run, monkeypatch,
+                                                                              tmp_path_factory):
+    monkeypatch.chdir(tmp_path)  # the folder TensorBoard was started from: the tab reads data files below it
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "secret.txt"  # neither below it nor below the logdir
+    elsewhere.write_text(TINY_TEXT * 500, encoding="utf-8")
     data = tmp_path / "data"
     data.mkdir()
     (data / "tiny.txt").write_text("\n\n" + TINY_TEXT * 500, encoding="utf-8")  # blank lines, then the opening
@@ -120,10 +124,12 @@ def test_a_run_without_a_probe_opens_on_its_probe_rule_applied_to_its_data_file(
     copy(gpt_run, runs, "zero", "/dev/zero")
     copy(gpt_run, runs, "gone")  # its data file was deleted
     copy(gpt_run, runs, "folder", str(data))
+    copy(gpt_run, runs, "elsewhere", str(elsewhere))
     texts = {name: run["text"] for name, run in runs_route(logdir).items()}
     assert texts == {"runs/file": OPENING, "runs/relative": OPENING, "runs/packaged": OPENING,
                      "runs/mixed": "ello 自注意力 old", "runs/link": VOCABULARY, "runs/fifo": VOCABULARY,
-                     "runs/zero": VOCABULARY, "runs/gone": VOCABULARY, "runs/folder": VOCABULARY}
+                     "runs/zero": VOCABULARY, "runs/gone": VOCABULARY, "runs/folder": VOCABULARY,
+                     "runs/elsewhere": VOCABULARY}
     app, _ = client(logdir)
     response = app.get(f"/data/plugin/tinylm/predict?run=runs/file&text={quote(OPENING)}")
     assert response.status_code == 200

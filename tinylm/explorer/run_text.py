@@ -10,7 +10,8 @@ vocabulary, so that every view answers on it. The first of:
   from Hydra's record), its known characters as the ``AttentionMaps`` callback keeps them;
 - a text run's probe as ``AttentionMaps`` takes it without one (``tinylm.tasks.probe_text``): the opening of
   its training text, from the first ``HEAD_BYTES`` of the data file its record names (``data_file``, read as
-  ``runfiles.head_of`` reads it), its known characters;
+  ``runfiles.head_of`` reads it, and only below the logdir or the folder TensorBoard was started from:
+  ``may_read_data``), its known characters;
 - else letters and digits of the run's vocabulary.
 
 The last three read the checkpoint's tokenizer: what they give is kept per checkpoint and step.
@@ -18,6 +19,7 @@ The last three read the checkpoint's tokenizer: what they give is kept per check
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -86,10 +88,25 @@ def data_file(run_dir: Path) -> tuple[Path, str] | None:
     return (path, encoding) if path.is_absolute() else None
 
 
-def data_opening(run_dir: Path) -> str | None:
-    """The opening ``AttentionMaps`` takes a probe from, of the run's ``data_file``; None when it cannot be read."""
-    found = data_file(run_dir)
-    head = runfiles.head_of(found[0], HEAD_BYTES) if found is not None else None
+def may_read_data(path: Path, run: RunFolder) -> bool:
+    """Whether the tab reads ``path`` as ``run``'s data: a file below the logdir or below the folder TensorBoard
+    was started from, or the corpus shipped in the package. A run's record is whatever its folder holds, and
+    the tab shows what it reads, so a record naming a file elsewhere (a secret beside it) is not read."""
+    from tinylm.tasks.text.data import default_corpus_path
+
+    logdir = run.path if run.name == "." else run.path.parents[len(run.name.split("/")) - 1]
+    real = Path(os.path.realpath(path))
+    roots = (Path(os.path.realpath(logdir)), Path(os.path.realpath(Path.cwd())))
+    return real == Path(os.path.realpath(default_corpus_path())) or any(real.is_relative_to(r) for r in roots)
+
+
+def data_opening(run: RunFolder) -> str | None:
+    """The opening ``AttentionMaps`` takes a probe from, of the run's ``data_file`` (``may_read_data``); None
+    when it cannot be read."""
+    found = data_file(run.path)
+    if found is None or not may_read_data(found[0], run):
+        return None
+    head = runfiles.head_of(found[0], HEAD_BYTES)
     if head is None:
         return None
     try:
@@ -136,7 +153,7 @@ def run_text(run: RunFolder, described: dict, models: Models, data, environ: dic
     with _lock:
         if key in _kept:
             return _kept[key]
-    opening = data_opening(run.path) if task == "text" else None
+    opening = data_opening(run) if task == "text" else None
     text = derived_text(models.in_run(run, models.get).loaded.tokenizer, configured, task, longest, opening)
     with _lock:
         if len(_kept) >= KEPT:
