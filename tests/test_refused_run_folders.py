@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import TINY_MODEL, compose, train_py
@@ -58,6 +59,12 @@ def claimed(tmp_path):
     handler.close()
 
 
+def nothing_built(monkeypatch) -> None:
+    """``job.run``'s data and model steps, building nothing."""
+    monkeypatch.setattr(job, "build_datamodule", lambda run: SimpleNamespace(prepare=lambda: None))
+    monkeypatch.setattr(job, "build_module", lambda run, datamodule: None)
+
+
 def fail_fit(start: bool):
     def fit(cfg, datamodule, module, output_dir, ckpt_path, starting=None):
         if start:
@@ -68,7 +75,7 @@ def fail_fit(start: bool):
 
 @pytest.mark.parametrize("started", [False, True])
 def test_a_failure_after_training_started_keeps_the_folder_and_its_error(tmp_path, monkeypatch, claimed, started):
-    monkeypatch.setattr(job, "build", lambda cfg: (None, None))
+    nothing_built(monkeypatch)
     monkeypatch.setattr(job, "fit", fail_fit(started))
     with pytest.raises(TinyLMError):
         job.run(compose(*TINY_MODEL, output_dir=claimed))
@@ -86,14 +93,14 @@ def test_a_resumes_folder_is_never_removed(monkeypatch, claimed):
     run = Path(claimed)
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.ckpt").write_bytes(b"not read: build fails first")
-    monkeypatch.setattr(job, "build", lambda cfg: (_ for _ in ()).throw(TinyLMError("the text changed")))
+    monkeypatch.setattr(job, "build_datamodule", lambda run: (_ for _ in ()).throw(TinyLMError("the text changed")))
     with pytest.raises(TinyLMError):
         job.run(compose(*TINY_MODEL, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", output_dir=run))
     assert (run / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_a_folder_whose_training_started_is_kept_by_a_later_refusal_in_the_same_process(monkeypatch, claimed):
-    monkeypatch.setattr(job, "build", lambda cfg: (None, None))
+    nothing_built(monkeypatch)
     monkeypatch.setattr(job, "fit", fail_fit(start=True))
     with pytest.raises(TinyLMError):
         job.run(compose(*TINY_MODEL, output_dir=claimed))

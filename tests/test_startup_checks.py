@@ -140,7 +140,8 @@ def until_fit(monkeypatch):
     def stop(*args, **kwargs):
         raise TinyLMError("stopped before fitting")
 
-    monkeypatch.setattr(job, "build", lambda cfg: (None, None))
+    monkeypatch.setattr(job, "build_datamodule", lambda run: SimpleNamespace(prepare=lambda: None))
+    monkeypatch.setattr(job, "build_module", lambda run, datamodule: None)
     monkeypatch.setattr(job, "fit", stop)
     yield
     torch.set_num_threads(threads)

@@ -56,20 +56,21 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
         data = cfg.data  # a data set to download: now, so that offline is one line and no folder
         if data.get("url") and data.get("_target_") in READS_DATA_PATH and not Path(resolve_path(data.path)).exists():
             download(data.url, Path(resolve_path(data.path)), data.get("sha256"))
+    if not in_sweep:  # a new hydra.run.dir, a resume's too, is this run's: a refusal removes it
         note_given_run_dir(argv)
 
 
 def check_quickly(cfg: DictConfig) -> None:
     """Refuse a bad value of a run that ``check_command_line`` did not check (a resume, a command line with
-    Hydra's flags) before torch and Lightning are imported: one ``error:`` line; a new run's folder is
-    removed, an existing folder gets the line in its train.log (a resume's: nothing, until it is checked)."""
+    Hydra's flags) before torch and Lightning are imported: one ``error:`` line; a folder made for this run
+    is removed, an existing folder gets the line in its train.log (a resume's: nothing, until it is checked)."""
     from tinylm.training.config_checks import validate
     from tinylm.training.logs import log_error_to_files
 
     try:
         validate(cfg, quick=True)
     except TinyLMError as e:
-        if not cfg.ckpt_path and not discard_new_folder(cfg.paths.output_dir):
+        if not discard_new_folder(cfg.paths.output_dir) and not cfg.ckpt_path:
             log_error_to_files(f"error: {e}")
         raise SystemExit(f"error: {e}") from None
 

@@ -8,8 +8,8 @@ themselves), so the model files stay the architecture alone. Two checks use it b
   take (``available_memory``), said with the numbers; ``tinylm.models.build_model`` asks it before
   every build, and train.py's config check before any data is read;
 - ``weights_problem``: a checkpoint's weights that are not what its ``model_config`` describes (a
-  crafted or damaged file asking for a huge model with a few bytes of weights), before the loader
-  builds the model.
+  crafted or damaged file asking for a huge model with a few bytes of weights, or with tensors that
+  store fewer numbers than their shapes hold), before the loader builds the model.
 
 Arithmetic on Python integers only: no torch, nothing allocated however large the config.
 """
@@ -241,17 +241,29 @@ def weights_problem(cfg: dict, weights: dict) -> str | None:
     """What does not fit between a checkpoint's ``model_config`` (valid, complete: every field of its
     config class) and its weights (``state_dict``, without Lightning's ``model.`` prefix), found
     without building the model: the count of tensors first (arithmetic, whatever the config asks for),
-    then each tensor's name and shape. None when they fit, or for a model class of the user's own."""
+    then each tensor's name and shape (not for a model class of the user's own), then, for every
+    tensor, that it holds the numbers its shape says (``hollow``). None when they fit."""
     layout = layout_of(cfg)
-    if layout is None:
+    if layout is not None:
+        wanted, held = layout.tensor_count(), len(weights)
+        if wanted != held:
+            return f"its model_config describes {wanted:,} weight tensors but its state_dict holds {held:,}"
+        for name, shape in layout.shapes():  # as many as the state_dict holds
+            if name not in weights:
+                return f"its state_dict has no {name}, which its model_config describes"
+            held = tuple(getattr(weights[name], "shape", ()))
+            if held != shape:
+                return f"size mismatch for {name}: its state_dict holds {held}, its model_config describes {shape}"
+    return next((problem for name, tensor in weights.items() if (problem := hollow(name, tensor))), None)
+
+
+def hollow(name: str, tensor: object) -> str | None:
+    """One line if ``tensor`` stores fewer bytes than its shape says it holds (a tensor expanded from a few
+    numbers, stride 0: a checkpoint of a few KB passing for a model of any size); None for what is no tensor."""
+    if not hasattr(tensor, "untyped_storage"):
         return None
-    wanted, held = layout.tensor_count(), len(weights)
-    if wanted != held:
-        return f"its model_config describes {wanted:,} weight tensors but its state_dict holds {held:,}"
-    for name, shape in layout.shapes():  # as many as the state_dict holds
-        if name not in weights:
-            return f"its state_dict has no {name}, which its model_config describes"
-        held = tuple(getattr(weights[name], "shape", ()))
-        if held != shape:
-            return f"size mismatch for {name}: its state_dict holds {held}, its model_config describes {shape}"
-    return None
+    stored, shown = tensor.untyped_storage().nbytes(), tensor.numel() * tensor.element_size()
+    if stored >= shown:
+        return None
+    return (f"its state_dict's {name} stores {human(stored)} for its shape {tuple(tensor.shape)} of "
+            f"{human(shown)}: its weights are not what their shapes say")

@@ -12,9 +12,10 @@ started at once never share a folder. Within one process the same name always gi
 A resume is told its own folder (``hydra.run.dir``, ``tinylm.runs.resume``) and is never renamed.
 
 A run refused before training leaves no folder: ``discard_new_folder`` removes the run folder this
-process made (claimed, or a ``hydra.run.dir=`` that did not exist: ``note_given_run_dir``), so no
-empty run shows up in TensorBoard or as the newest run. A folder that was there before (a resume's,
-an earlier run's) is never removed.
+process made for it (claimed, or a ``hydra.run.dir=`` that did not exist: ``note_given_run_dir``), a
+new run's or a resume's from a checkpoint elsewhere, so no empty run shows up in TensorBoard or as the
+newest run. A folder that was there before (a resume's in place, an earlier run's) is never removed,
+nor one that holds checkpoints.
 
 ``original_overrides`` reads back the command line a run was started with (its record's ``overrides.yaml``),
 for resuming it, reusing it in a comparison and tabulating a sweep. A record that cannot be read
@@ -36,7 +37,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from tinylm.errors import TinyLMError
-from tinylm.run_folder import HYDRA_DIR, read_record
+from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR, read_record
 from tinylm.runs.job_files import JSON_TYPES
 
 # Settings left out of a run's name: where it writes, how it runs or shows its progress, not what it
@@ -84,11 +85,12 @@ def keep_folder(output_dir: str | Path) -> None:
 
 
 def discard_new_folder(output_dir: str | Path) -> bool:
-    """Remove ``output_dir`` if this process made it (a new run refused before training); whether it did.
+    """Remove ``output_dir`` if this process made it for a run refused before training (a new run's, a resume's
+    into a new folder); whether it did. A folder holding checkpoints holds a run: it stays.
 
     The log files Hydra opened in it are closed first, so nothing writes there again."""
     folder = Path(output_dir).resolve()
-    if folder not in _made_here or not folder.is_dir():
+    if folder not in _made_here or not folder.is_dir() or any((folder / CHECKPOINTS_DIR).glob("*.ckpt")):
         return False
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:

@@ -5,10 +5,10 @@
 
 - the run folder is claimed first (rank 0, ``tinylm.runs.lock``): while one process trains a run,
   its claim (``MARKER``) in its folder says so (``tinylm.runs.job_files``) and a second one is refused; a
-  new run refused before training leaves no folder (``tinylm.runs.folder.discard_new_folder``);
+  run refused before training leaves no folder it made (``tinylm.runs.folder.discard_new_folder``);
 - a SLURM job requeued after pre-emption continues from its own last checkpoint (``continue_requeued``);
-- a resume is checked against the built model and data (``tinylm.runs.resume``) and recorded; a run
-  already trained to ``trainer.max_steps`` is not trained again;
+- a resume is checked against the run's model config and data (``tinylm.runs.resume``) before the model
+  is built, and recorded; a run already trained to ``trainer.max_steps`` is not trained again;
 - what an earlier attempt left goes: its error file, its half-written checkpoints;
 - its metrics file when training ends, its error file when a sweep job fails, exit 130 or 143 after
   Ctrl-C or SIGTERM; a parallel sweep job gets an even share of the cores (``thread_share``), and any
@@ -29,7 +29,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from tinylm.cli import resolve_path
 from tinylm.errors import TinyLMError
@@ -39,7 +39,7 @@ from tinylm.runs.job_files import read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
-from tinylm.training.fit import build, fit, prepare
+from tinylm.training.fit import build_datamodule, build_module, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
 from tinylm.training.safety import exit_code
 from tinylm.values import one_line
@@ -93,9 +93,10 @@ def run(cfg: DictConfig) -> dict:
 
     A resume writes nothing, not even a log line to the run's ``train.log``, until the checkpoint
     is known to fit the config and to have steps left to train. From then on an error is written
-    into ``train.log`` too (in a new run: from the start). A new run refused or interrupted before
-    training starts leaves no folder (``discard_new_folder``); once it has started, the folder keeps
-    its log, its error and its checkpoints.
+    into ``train.log`` too (in a new run: from the start). A run refused or interrupted before training
+    starts leaves no folder this process made for it, a resume's into a new folder included
+    (``discard_new_folder``); a folder that was there before stays; once training has started, the
+    folder keeps its log, its error and its checkpoints.
     """
     in_the_run = not cfg.ckpt_path  # whether an error belongs in the run's train.log
     started = []  # one item once Trainer.fit is called
@@ -115,12 +116,17 @@ def run(cfg: DictConfig) -> dict:
         in_the_run = not ckpt_path
         with holding(output_dir) if rank_zero_only.rank == 0 else nullcontext():
             with held_file_logs(hold=bool(ckpt_path)):
-                datamodule, module = build(resolved)
-                if ckpt_path:
-                    step = check_resume(ckpt_path, module.hparams.model, module.tokenizer_state,
-                                        datamodule.identity)
+                datamodule = build_datamodule(resolved)
+                datamodule.prepare()
+                if ckpt_path:  # checked before the model is built: a checkpoint that cannot be it costs none
+                    vocabulary = datamodule.tokenizer
+                    step = check_resume(ckpt_path, {**OmegaConf.to_container(cfg.model, resolve=True),
+                                                    "vocab_size": vocabulary.vocab_size},
+                                        vocabulary.state(), datamodule.identity)
                     if step >= cfg.trainer.max_steps:
                         return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)
+                module = build_module(resolved, datamodule)
+                if ckpt_path:  # recorded once the model is built too
                     if HydraConfig.initialized():
                         record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
                     log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
@@ -138,8 +144,9 @@ def run(cfg: DictConfig) -> dict:
                 write_json(output_dir / METRICS, metrics)
             return metrics
     except (TinyLMError, KeyboardInterrupt, SIGTERMException) as e:
-        new_run = not (started or cfg.ckpt_path)  # a resume's folder is its run's: never removed
-        if new_run and rank_zero_only.rank == 0 and discard_new_folder(cfg.paths.output_dir):
+        # refused before training: a folder this process made goes, a new run's or a resume's into a new folder
+        # (discard_new_folder); one that was there before (a resume in place) stays
+        if not started and rank_zero_only.rank == 0 and discard_new_folder(cfg.paths.output_dir):
             raise
         if in_the_run and isinstance(e, TinyLMError):
             log_error_to_files(f"error: {e}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import yaml
@@ -169,32 +170,47 @@ def shape_keys(*model_configs: dict) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
+def with_options(config: dict) -> dict:
+    """``config`` with the options its class records only when set (``ModelConfig.option_keys``) at their
+    defaults where it leaves them out: a checkpoint's config and a run's compare alike."""
+    try:
+        cls = config_class(model_class(config, imports=False))
+    except ValueError:  # the check that follows names what does not fit
+        return config
+    return {**{f.name: f.default for f in fields(cls) if f.name in cls.option_keys}, **config}
+
+
 def check_resume(path: str | Path, model_config: dict, tokenizer_state: dict, data: dict | None = None) -> int:
     """The checkpoint's step; a one-line TinyLMError unless ``path`` can continue this training: the model and
     the vocabulary this config gives, weights that are what the checkpoint's own config describes.
 
+    It reads the checkpoint alone, so the run calls it before building its model: a checkpoint asking for a
+    model it cannot be (weights of other shapes, or fewer numbers than their shapes say) costs no model.
+    ``model_config``: the run's ``model.*`` with the data's ``vocab_size``, as the config gives it or as a
+    checkpoint records it (``tinylm.models.model_config``).
     ``data``: the data module's ``identity`` (token count, hash of the ids). Where the checkpoint
     records another text of the same vocabulary (an edited file), one warning says that the
     validation split and the windows differ; a checkpoint that records none is not compared.
     """
     checkpoint = read_checkpoint(find_checkpoint(ckpt_path=path))
     saved = {"arch": "gpt", **checkpoint["model_config"]}  # release 0.1 wrote no arch for a GPT
-    different = [f"{k}={saved.get(k)!r} (config: {model_config.get(k)!r})"
-                 for k in shape_keys(model_config, saved) if saved.get(k) != model_config.get(k)]
+    theirs, own = with_options(saved), with_options(model_config)
+    different = [f"{k}={theirs.get(k)!r} (config: {own.get(k)!r})"
+                 for k in shape_keys(model_config, saved) if theirs.get(k) != own.get(k)]
     if different:
         raise TinyLMError(
             f"checkpoint {path} was trained with a different model: {', '.join(different)}; "
             "use the same model.* settings to resume, or start a new run without ckpt_path"
         )
     if checkpoint["tokenizer"] != tokenizer_state or saved.get("vocab_size") != model_config.get("vocab_size"):
-        theirs = checkpoint["tokenizer"].get("kind") if isinstance(checkpoint["tokenizer"], dict) else "?"
+        kind = checkpoint["tokenizer"].get("kind") if isinstance(checkpoint["tokenizer"], dict) else "?"
         raise TinyLMError(
-            f"checkpoint {path} was trained on different data: its vocabulary ({theirs}, "
+            f"checkpoint {path} was trained on different data: its vocabulary ({kind}, "
             f"{saved.get('vocab_size')} symbols) differs from the one data.path and data.tokenizer give now "
             f"({tokenizer_state['kind']}, {model_config.get('vocab_size')} symbols); resume with the run's own "
             "text and data.tokenizer, or start a new run without ckpt_path"
         )
-    with refusing_invalid(path):  # its weights are what its config describes: Lightning loads them as they are
+    with refusing_invalid(path):  # its weights are what its config, so the run's, describes (tinylm.models.sizes)
         model_parts(checkpoint)
     trained_on = checkpoint.get("data")  # absent from checkpoints before the data had an identity
     if isinstance(trained_on, dict) and data is not None and trained_on.get("sha256") != data["sha256"]:

@@ -5,8 +5,8 @@ config. Its steps are ``prepare`` (check the config, set the threads, seed; it r
 and model class once, into a ``Run`` the other steps take), ``build`` (the data and the LightningModule)
 and ``fit`` (train, measure, return the metrics). The run manager's job
 wrapper (``tinylm.runs.job``, behind ``train.py``) calls the steps itself: it claims the run
-folder, checks a resume between ``build`` and ``fit``, and writes the job's files. Nothing here
-imports the run manager.
+folder, checks a resume between the data (``build_datamodule``) and the model (``build_module``), and
+writes the job's files. Nothing here imports the run manager.
 """
 
 from __future__ import annotations
