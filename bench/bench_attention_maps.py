@@ -26,8 +26,8 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from tinylm.models import build_model
+from tinylm.tasks.data_file import default_corpus_path
 from tinylm.tasks.text.attention import AttentionMaps
-from tinylm.tasks.text.data import default_corpus_path
 from tinylm.tokenizer import CharTokenizer
 from tinylm.training.module import LitLanguageModel
 

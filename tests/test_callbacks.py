@@ -21,8 +21,9 @@ from tinylm.models import build_model
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.plots import figures as plotting
 from tinylm.runs.job import main as train_main
+from tinylm.tasks.data_file import default_corpus_path
 from tinylm.tasks.text.attention import AttentionMaps
-from tinylm.tasks.text.data import TextDataModule, default_corpus_path
+from tinylm.tasks.text.data import TextDataModule
 from tinylm.tasks.text.probes import NextTokenProbes
 from tinylm.tasks.text.samples import SampleText, samples_markdown
 from tinylm.tokenizer import CharTokenizer

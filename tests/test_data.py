@@ -8,11 +8,10 @@ from conftest import TINY_TEXT, compose
 
 from tinylm.errors import TinyLMError
 from tinylm.runs.job import main as train_main
-from tinylm.tasks.data_file import read_text
+from tinylm.tasks.data_file import default_corpus_path, read_text
 from tinylm.tasks.text.data import (
     RandomWindows,
     TextDataModule,
-    default_corpus_path,
     encode_array,
 )
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer

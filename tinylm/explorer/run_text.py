@@ -32,6 +32,7 @@ from tinylm.explorer import events, runfiles
 from tinylm.explorer.models import Models
 from tinylm.explorer.runs import RunFolder
 from tinylm.run_folder import PROBE_FILE
+from tinylm.tasks.data_file import default_corpus_path
 from tinylm.tasks.probe_text import OPENING_CHARS, known_probe, text_opening
 from tinylm.textfile import as_lines, read_capped_bytes
 from tinylm.tokenizer import Tokenizer
@@ -81,8 +82,6 @@ def data_file(run_dir: Path) -> tuple[Path, str] | None:
     if not isinstance(encoding, str) or not isinstance(path, str | None):
         return None
     if path is None:
-        from tinylm.tasks.text.data import default_corpus_path
-
         return default_corpus_path(), encoding
     path = Path(launched, path) if isinstance(launched, str) else Path(path)
     return (path, encoding) if path.is_absolute() else None
@@ -92,8 +91,6 @@ def may_read_data(path: Path, run: RunFolder) -> bool:
     """Whether the tab reads ``path`` as ``run``'s data: a file below the logdir or below the folder TensorBoard
     was started from, or the corpus shipped in the package. A run's record is whatever its folder holds, and
     the tab shows what it reads, so a record naming a file elsewhere (a secret beside it) is not read."""
-    from tinylm.tasks.text.data import default_corpus_path
-
     logdir = run.path if run.name == "." else run.path.parents[len(run.name.split("/")) - 1]
     real = Path(os.path.realpath(path))
     roots = (Path(os.path.realpath(logdir)), Path(os.path.realpath(Path.cwd())))

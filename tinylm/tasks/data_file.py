@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import urllib.request
+from importlib import resources
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
@@ -16,6 +17,7 @@ from tinylm.textfile import as_lines, encoding_problem, errors_problem, read_cap
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CORPUS = "attention_zh.txt"
 DEFAULT_MAX_MIB = 1024  # data.max_mib: far above any corpus a CPU trains on, far below a runaway read
 REPLACE_FIX = "data.errors=replace to replace bad bytes"  # what else fixes undecodable bytes in a text file
 
@@ -108,3 +110,8 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8", errors: str = "s
     """Read a text file, turning every way it can go wrong into one clear TinyLMError."""
     path = Path(path)
     return decode_text(read_data_bytes(path, max_mib), path, encoding, errors)
+
+
+def default_corpus_path() -> Path:
+    """The small Chinese text about attention that ships inside the package."""
+    return Path(str(resources.files("tinylm") / "corpus" / DEFAULT_CORPUS))

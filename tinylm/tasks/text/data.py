@@ -13,7 +13,6 @@ a fixed, seeded set of windows so val loss is comparable across steps and runs.
 from __future__ import annotations
 
 import logging
-from importlib import resources
 from pathlib import Path
 
 import lightning as L
@@ -23,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from tinylm.errors import TinyLMError
 from tinylm.tasks.data import SeededBatches, batch_loader, data_identity, stream_position
-from tinylm.tasks.data_file import DEFAULT_MAX_MIB, download
+from tinylm.tasks.data_file import DEFAULT_MAX_MIB, default_corpus_path, download
 from tinylm.tasks.text import token_cache
 from tinylm.tasks.text.corpus import Corpus
 from tinylm.tasks.text.tokens import encode_ids, tokenize
@@ -31,14 +30,6 @@ from tinylm.textfile import MIB
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CORPUS = "attention_zh.txt"
-
-
-
-def default_corpus_path() -> Path:
-    """The small Chinese text about attention that ships inside the package."""
-    return Path(str(resources.files("tinylm") / "corpus" / DEFAULT_CORPUS))
 
 
 def encode_array(tokenizer: Tokenizer, text: str) -> torch.Tensor:
