@@ -4,6 +4,7 @@ unknown=skip leaves out, said on stderr."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ from conftest import ROOT, TINY_TEXT, compose_config, entry_point
 from test_checkpoint import one_line_error
 
 from tinylm.analysis.translation import pairs_of
-from tinylm.checkpoint import load_model
+from tinylm.checkpoint import load_model, vocabulary_origin
 from tinylm.explorer import views
 from tinylm.generation.prompting import encode_prompt
 from tinylm.models.seq2seq import Seq2Seq, Seq2SeqConfig
@@ -131,3 +132,24 @@ def test_generate_on_an_encoder_decoder_advises_skipping_and_says_what_it_skippe
     assert len(list(translate_lines(translator.model, translator.tokenizer, ["cab", "dog"], unknown="skip"))) == 2
     assert capsys.readouterr().err == ("unknown=skip: left out 1 character(s) of source line 1 outside the "
                                        "vocabulary of checkpoint pairs.ckpt: 'b'\n")
+
+
+@pytest.mark.parametrize("record", ["fifo", "huge"])
+def test_a_run_whose_config_cannot_be_read_is_said_to_have_trained_on_unknown_data(tmp_path, record):
+    """Not the data group of hydra.yaml, a guess: the run's data is unknown when its config.yaml is a FIFO or
+    larger than a record is read."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n      data: corpus\n")
+    config = run / ".hydra" / "config.yaml"
+    if record == "fifo":
+        os.mkfifo(config)
+    else:
+        with open(config, "wb") as f:
+            f.truncate(64 << 30)  # sparse: 64 GiB that take no disk
+    assert vocabulary_origin(run / "checkpoints" / "last.ckpt") == (
+        f"checkpoint {shown_path(run / 'checkpoints' / 'last.ckpt')} (trained on unknown data: its run's "
+        ".hydra/config.yaml cannot be read)")
+    config.unlink()
+    config.write_text("data:\n  path: mine.txt\n")
+    assert vocabulary_origin(run / "checkpoints" / "last.ckpt").endswith("(trained on data.path=mine.txt)")

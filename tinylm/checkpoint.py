@@ -9,6 +9,7 @@ to rebuild the model and tokenizer as plain data ("model_config", "tokenizer", "
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Iterator
@@ -75,8 +76,12 @@ def small_record(path: Path) -> object:
 
 
 def trained_on(run_dir: Path) -> str:
-    """What a run trained on, from its record: "data.path=<file>", else "data=<its data group>"; "" without one."""
-    config, hydra = small_record(run_dir / HYDRA_DIR / "config.yaml"), small_record(run_dir / HYDRA_DIR / "hydra.yaml")
+    """What a run trained on, from its record: "data.path=<file>", else "data=<its data group>"; "" without one;
+    "unknown data" when its config.yaml is there but cannot be read (a FIFO, too large: not a guess)."""
+    config_path = run_dir / HYDRA_DIR / "config.yaml"
+    config, hydra = small_record(config_path), small_record(run_dir / HYDRA_DIR / "hydra.yaml")
+    if config is None and os.path.lexists(config_path):
+        return f"unknown data: its run's {HYDRA_DIR}/config.yaml cannot be read"
     data = config.get("data") if isinstance(config, dict) else None
     if isinstance(data, dict) and data.get("path"):
         return f"data.path={data['path']}"
