@@ -61,6 +61,7 @@ def read_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
+UNKNOWN_DATA = f"unknown data: its run's {HYDRA_DIR}/config.yaml cannot be read"  # not a guess from hydra.yaml
 RECORD_BYTES = 1 << 20  # a run's record (its YAML files) is a few KiB: a larger or non-regular one is not read
 
 
@@ -81,7 +82,7 @@ def trained_on(run_dir: Path) -> str:
     config_path = run_dir / HYDRA_DIR / "config.yaml"
     config, hydra = small_record(config_path), small_record(run_dir / HYDRA_DIR / "hydra.yaml")
     if config is None and os.path.lexists(config_path):
-        return f"unknown data: its run's {HYDRA_DIR}/config.yaml cannot be read"
+        return UNKNOWN_DATA
     data = config.get("data") if isinstance(config, dict) else None
     if isinstance(data, dict) and data.get("path"):
         return f"data.path={data['path']}"
@@ -91,10 +92,12 @@ def trained_on(run_dir: Path) -> str:
         return ""
 
 
-def vocabulary_origin(path: Path) -> str:
-    """Whose vocabulary a loaded tokenizer is, for messages: "checkpoint <path> (trained on data.path=...)"."""
+def vocabulary_origin(path: Path, data: str | None = None) -> str:
+    """Whose vocabulary a loaded tokenizer is, for messages: "checkpoint <path> (trained on data.path=...)";
+    ``data``: what the run trained on, when the caller knows it (else ``trained_on`` its run)."""
     path = Path(path)
-    data = trained_on(path.parent.parent) if path.parent.name == CHECKPOINTS_DIR else ""
+    if data is None:
+        data = trained_on(path.parent.parent) if path.parent.name == CHECKPOINTS_DIR else ""
     return f"checkpoint {shown_path(path)}" + (f" (trained on {data})" if data else "")
 
 

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from tinylm.analysis.hooks import switchable
-from tinylm.checkpoint import load_model
+from tinylm.checkpoint import UNKNOWN_DATA, load_model, vocabulary_origin
 from tinylm.errors import TinyLMError
 from tinylm.explorer.runfiles import checkpoint_stamp, unreadable_record
 from tinylm.explorer.runs import RunFolder
-from tinylm.run_folder import HYDRA_DIR, shown_path
 from tinylm.tasks.base import LoadedModel
 
 KEPT = 4
@@ -71,8 +70,7 @@ def loaded_in_tab(path: Path) -> LoadedModel:
     ``config.yaml``, what its vocabulary's messages say of the run's data is that it is unknown (not a guess)."""
     loaded = load_model(path)
     if unreadable_record(path.parent.parent):
-        loaded.tokenizer.origin = (f"checkpoint {shown_path(path)} (trained on unknown data: its run's "
-                                   f"{HYDRA_DIR}/config.yaml cannot be read)")
+        loaded.tokenizer.origin = vocabulary_origin(path, UNKNOWN_DATA)
     return loaded
 
 
