@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 from tinylm.errors import TinyLMError
 from tinylm.models import NotImported, build, described, model_spec
 from tinylm.models.sizes import weights_problem
-from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR, TRAIN_HINT, read_record, shown_path
+from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR, TRAIN_HINT, shown_path, small_record
 from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.base import LoadedModel
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
@@ -62,20 +61,6 @@ def read_checkpoint(path: str | Path) -> dict:
 
 
 UNKNOWN_DATA = f"unknown data: its run's {HYDRA_DIR}/config.yaml cannot be read"  # not a guess from hydra.yaml
-RECORD_BYTES = 1 << 20  # a run's record (its YAML files) is a few KiB: a larger or non-regular one is not read
-
-
-def small_record(path: Path) -> object:
-    """A YAML file of a run's record, parsed, if it is a regular file of at most RECORD_BYTES; else None."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > RECORD_BYTES:
-            return None
-        return read_record(path)
-    except (OSError, ValueError):
-        return None
-
-
 def trained_on(run_dir: Path) -> str:
     """What a run trained on, from its record: "data.path=<file>", else "data=<its data group>"; "" without one;
     "unknown data" when its config.yaml is there but cannot be read (a FIFO, too large: not a guess)."""

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import yaml
 
 from tinylm.errors import TinyLMError
+from tinylm.textfile import MIB, read_capped_bytes
 
 CHECKPOINTS_DIR, LAST_NAME, BEST_PREFIX, CKPT_SUFFIX = "checkpoints", "last.ckpt", "best-", ".ckpt"
 LAST_CHECKPOINT = Path(CHECKPOINTS_DIR) / LAST_NAME
@@ -94,12 +95,25 @@ def read_record(path: Path) -> object:
         raise ValueError(f"not YAML ({getattr(e, 'problem', None) or e}{where})") from None
 
 
+RECORD_MIB = 1  # a run's record (its YAML files) is a few KiB: a larger one is not read
+
+
+def small_record(path: Path, links: bool = True) -> object:
+    """A YAML file of a run's record, parsed; None when it is not a regular file of at most ``RECORD_MIB``
+    (opened without blocking: a FIFO or a device is not read), not UTF-8 or not YAML. ``links``: whether a
+    symbolic link is followed."""
+    try:
+        return yaml.safe_load(read_capped_bytes(path, path.name, RECORD_MIB, links=links).decode("utf-8"))
+    except (TinyLMError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return None
+
+
 def read_marker(folder: Path, name: str = MARKER) -> dict | None:
     """``running.json`` (or ``claim.json``): pid, host and start time (Unix time); None when there is
-    none (or it is damaged)."""
+    none, or it is damaged, not a regular file or over ``MARKER_BYTES`` (opened without blocking)."""
     try:
-        marker = json.loads((folder / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        marker = json.loads(read_capped_bytes(folder / name, name, MARKER_BYTES / MIB))
+    except (TinyLMError, ValueError):
         return None
     types = {"pid": int, "host": str, "started": int | float}
     ok = isinstance(marker, dict) and all(isinstance(marker.get(key), kind) for key, kind in types.items())
@@ -152,12 +166,6 @@ def remove_partial_checkpoints(checkpoint_dir: Path, keep: Path | None = None) -
 def writer_gone(run_dir: Path) -> bool:
     """Whether the run's claim (``running.json``) names a process that is gone: a run killed mid-way. No claim
     (a run that ended, or one trained without the run manager), a damaged one or one on another host: False."""
-    try:
-        info = os.stat(run_dir / MARKER)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MARKER_BYTES:
-        return False
     holder = read_marker(run_dir)
     return holder is not None and not alive(holder)
 
@@ -207,6 +215,14 @@ def run_checkpoints(run_dir: Path, read_only: bool = False) -> list[Path]:
     return [path for _, path in sorted(best, reverse=True)] + [path for _, path in last]
 
 
+def modified(path: Path) -> int:
+    """``path``'s modification time (ns); 0 when it is gone (a best checkpoint rotated away since its listing)."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 class Chosen(NamedTuple):
     """A checkpoint file and why it was the one (for messages; empty: the user named the file)."""
 
@@ -245,9 +261,8 @@ def debug_preset(run_dir: Path) -> str | None:
     record counts as an ordinary run.
     """
     try:
-        record = read_record(Path(run_dir) / HYDRA_DIR / "hydra.yaml")
-        preset = record["hydra"]["runtime"]["choices"].get("debug")
-    except (ValueError, TypeError, KeyError, AttributeError):
+        preset = small_record(Path(run_dir) / HYDRA_DIR / "hydra.yaml")["hydra"]["runtime"]["choices"].get("debug")
+    except (TypeError, KeyError, AttributeError):
         return None
     return None if preset is None else str(preset)
 
@@ -256,7 +271,7 @@ def newest_run(found: dict[Path, list[Path]], pick_with: Callable[[Path], str]) 
     """Of the runs with these checkpoints, the newest (by its newest file) that is not a debug run,
     and a note for the message: the newer debug runs passed over (``pick_with(run)``: the option that
     picks one), or, when only debug runs have checkpoints, that the newest of them is one."""
-    order = sorted(found, key=lambda run: (max(p.stat().st_mtime for p in found[run]), str(run)), reverse=True)
+    order = sorted(found, key=lambda run: (max(map(modified, found[run])), str(run)), reverse=True)
     skipped: list[tuple[Path, str]] = []  # (run, preset) of the newer debug runs, newest first
     for run in order:
         if (preset := debug_preset(run)) is None:

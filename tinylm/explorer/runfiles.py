@@ -1,14 +1,13 @@
 """What the tinylm tab reads of a run folder, and its one rule for links: it follows none.
-
 The tab reads two kinds of file below the logdir: a run's checkpoints (``tinylm.run_folder.run_checkpoints``
 read only, loaded by ``tinylm.checkpoint.load_model``) and its Hydra record (``config.yaml``, for the probe
 text and the data, ``hydra.yaml``); TensorBoard reads the event files. Outside it, the tab reads the opening
 of the data file a run's record names (``head_of``). A file is read only when it is a regular file with no
 symbolic link on its way (the logdir itself may be a link: it is resolved once, when the tab starts), and
-never more of it than a cap: ``MAX_CHECKPOINT_MIB`` of a checkpoint, ``MAX_RECORD_MIB`` of a record, the first
-bytes of a data file. A link, a FIFO, a device or a folder under such a name is as if it were not there;
-so is a run folder, its checkpoints' folder or its record's that is a link (``tinylm.explorer.runs.scan``
-lists no run through one). Nothing is opened in a way that can block.
+never more of it than a cap: ``MAX_CHECKPOINT_MIB`` of a checkpoint, ``tinylm.run_folder.RECORD_MIB`` of a
+record, the first bytes of a data file. A link, a FIFO, a device or a folder under such a name is as if it
+were not there; so is a run folder, its checkpoints' folder or its record's that is a link
+(``tinylm.explorer.runs.scan`` lists no run through one). Nothing is opened in a way that can block.
 """
 
 from __future__ import annotations
@@ -18,14 +17,10 @@ import os
 import stat
 from pathlib import Path
 
-import yaml
-
-from tinylm.errors import TinyLMError
-from tinylm.run_folder import HYDRA_DIR
-from tinylm.textfile import capped_file, read_capped_bytes
+from tinylm.run_folder import HYDRA_DIR, small_record
+from tinylm.textfile import capped_file
 
 MAX_CHECKPOINT_MIB = 1024  # torch.load reads a checkpoint whole into memory
-MAX_RECORD_MIB = 1  # a run's config.yaml is a few KiB
 
 
 def unlinked(path: Path) -> bool:
@@ -78,10 +73,7 @@ def unreadable_record(run_dir: Path) -> bool:
 @functools.lru_cache(maxsize=256)
 def parsed_record(path: Path, modified: int) -> dict | None:
     """``record``'s answer, parsed once per version of the file."""
-    try:
-        parsed = yaml.safe_load(read_capped_bytes(path, path.name, MAX_RECORD_MIB, links=False))
-    except (TinyLMError, yaml.YAMLError, RecursionError):
-        return None
+    parsed = small_record(path, links=False)
     return parsed if isinstance(parsed, dict) else None
 
 
