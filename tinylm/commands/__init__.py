@@ -67,11 +67,7 @@ def launch(main: Callable[[], None], config_name: str, text_keys: Iterable[str],
 def checkpoint_from_config(cfg: DictConfig) -> Chosen:
     """The checkpoint that a command's ``ckpt_path``, ``run_dir`` or else the newest run under ``paths.log_dir``
     names, and why (``tinylm.run_folder.choose_checkpoint``)."""
-    import hydra
-
+    from tinylm.cli import resolve_path
     from tinylm.run_folder import choose_checkpoint
 
-    def absolute(path) -> str | None:  # relative to where the command was launched
-        return hydra.utils.to_absolute_path(str(path)) if path else None
-
-    return choose_checkpoint(absolute(cfg.ckpt_path), absolute(cfg.run_dir), cfg.paths.log_dir)
+    return choose_checkpoint(resolve_path(cfg.ckpt_path), resolve_path(cfg.run_dir), cfg.paths.log_dir)

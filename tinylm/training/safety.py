@@ -24,6 +24,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from tinylm.errors import TinyLMError
+from tinylm.models.sizes import human
 from tinylm.run_folder import LAST_NAME, TMP_SUFFIX, remove_partial_checkpoints
 
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # what stops a run cleanly, as told to the user
@@ -53,18 +54,11 @@ def exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
-def _size(n: float) -> str:
-    units = ["B", "KiB", "MiB", "GiB"]
-    while n >= 1024 and len(units) > 1:
-        n, units = n / 1024, units[1:]
-    return f"{n:.0f} B" if units[0] == "B" else f"{n:.1f} {units[0]}"
-
-
 def write_failed(path: Path, error: OSError) -> TinyLMError:
     """One line for a checkpoint that could not be written: why, the free space, what was kept."""
     reason = f"{error.strerror or error} (errno {error.errno})" if error.errno else str(error)
     try:
-        free = f"{_size(shutil.disk_usage(path.parent).free)} free on that disk"
+        free = f"{human(shutil.disk_usage(path.parent).free)} free on that disk"
     except OSError:
         free = "free space unknown"
     kept = f"the previous {path.name} is kept unchanged" if path.is_file() else "earlier checkpoints are kept"
