@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
-from tinylm.errors import TinyLMError
+from tinylm.errors import EXIT_INTERRUPTED, TinyLMError
 from tinylm.textfile import unwritable_folder
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ EXIT_BROKEN_PIPE = 141
 # data.path=a.txt,b.txt means two jobs
 TRAIN_FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "paths.log_dir", "paths.root_dir")
 TRAIN_PATH_KEYS = ("data.path", "ckpt_path", *TRAIN_FOLDER_KEYS)
-EXIT_INTERRUPTED = 130
 
 
 def _escape_interpolations(text: str) -> str:

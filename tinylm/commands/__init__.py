@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from tinylm.errors import EXIT_INTERRUPTED
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -30,13 +32,12 @@ COMMANDS = {
     "visualize": "a checkpoint's attention maps as PNG files (python visualize.py)",
     "export": "a checkpoint as one ONNX file (python export.py)",
 }
-EXIT_INTERRUPTED = 130
 
 
 def run_command(name: str) -> None:
     """Run command ``name`` on ``sys.argv[1:]`` (its ``KEY=VALUE`` overrides and Hydra's flags). This module
-    imports nothing at its top but the standard library: a Ctrl-C while Python is still starting is caught
-    here, as early as a launcher can."""
+    imports nothing at its top but the standard library and tinylm.errors: a Ctrl-C while Python is still
+    starting is caught here, as early as a launcher can."""
     try:  # Ctrl-C while Python is still importing: stop quietly, like any interrupted program
         from tinylm.run_folder import use_project_root
 

@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quote_values
-from tinylm.errors import TinyLMError
+from tinylm.errors import EXIT_INTERRUPTED, TinyLMError
 from tinylm.run_folder import CONF_DIR
 from tinylm.runs.folder import discard_new_folder, newest_sweep_dir, note_given_run_dir, register_resolvers
 from tinylm.tasks import refuse_derived
@@ -105,4 +105,4 @@ def run_command_line() -> None:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # before training started (once it has, Ctrl-C saves and exits 130)
         print("\ninterrupted before training started: nothing was saved", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
