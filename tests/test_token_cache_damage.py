@@ -2,6 +2,7 @@
 and mtime restored, a file-size limit, a read-only cache folder, too little free space; and the tests
 themselves leave the checkout's .cache/tokens alone."""
 
+import hashlib
 import json
 import logging
 import os
@@ -103,6 +104,19 @@ def test_an_edit_that_keeps_the_size_and_the_mtime_is_noticed(tmp_path, text_fil
     assert token_warnings(caplog) == [f"token cache {first.cache_folder} is stale (the text or the settings "
                                       "changed): rebuilding it"]
     assert edited.tokenizer.vocab_size == 23 and same_ids(edited, prepared(big))
+
+
+def test_an_edited_text_is_read_for_its_hash_once_on_the_rebuild(tmp_path, text_file, monkeypatch):
+    """A cache miss checks the text before and after waiting for the lock, then records it for the build: one
+    read of a 1 GB text for its hash, not three."""
+    prepared(text_file, tmp_path / "cache")
+    overwrite(text_file, 10, b"Z")
+    read = []
+    monkeypatch.setattr(token_cache.hashlib, "file_digest", lambda f, name, digest=hashlib.file_digest: read.append(
+        f.name) or digest(f, name))
+    edited = prepared(text_file, tmp_path / "cache")
+    assert edited.tokenizer.vocab_size == 23
+    assert read == [str(text_file)]
 
 
 def test_a_touched_or_copied_text_is_hashed_once_and_not_rebuilt(tmp_path, text_file, capsys, monkeypatch):

@@ -54,14 +54,26 @@ STALE = "stale (the text or the settings changed)"
 FIX = "set data.cache_dir to a writable folder, or null to tokenize in memory"
 
 
+_digests: dict[tuple, str] = {}  # (device, inode, size, mtime, ctime) -> SHA-256 of the file's content
+KEPT_DIGESTS = 256
+
+
 def stat_record(f: BinaryIO) -> dict:
     info = os.fstat(f.fileno())
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns, "inode": info.st_ino}
 
 
 def content_sha256(f: BinaryIO) -> str:
-    f.seek(0)
-    return hashlib.file_digest(f, "sha256").hexdigest()
+    """The SHA-256 of the open file ``f``, read once per process while its stat is the same (a cache miss
+    checks a text before and after waiting for the lock, then records it for the build)."""
+    info = os.fstat(f.fileno())
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if key not in _digests:
+        if len(_digests) >= KEPT_DIGESTS:
+            _digests.clear()
+        f.seek(0)
+        _digests[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _digests[key]
 
 
 def file_record(path: Path) -> dict:
