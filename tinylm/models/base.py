@@ -12,12 +12,15 @@ its kind, listed in each base's docstring; none of them asks which class it hold
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 import torch
 import torch.nn as nn
+
+from tinylm.models import hook_points as hp
 
 
 @dataclass
@@ -85,11 +88,52 @@ class LanguageModel(nn.Module):
     - ``token_embeddings()``, ``dimensions()``, ``parameter_table()``: what it shows of itself
     - ``attention_layers()``, ``residual_layers()``, ``head(x)``: the parts ``tinylm.analysis`` hooks
       into to score, ablate and patch heads and to read the residual stream (the logit lens)
+    - ``hook_points()``, ``hooks(fwd_hooks)``, ``run_with_hooks``, ``run_with_cache``: its named hook
+      points (``tinylm.models.hook_points``), the one way anything looks inside it while it runs
     """
 
     config: ModelConfig
     kind: ClassVar[str]
     has_attention = False
+    hook_aliases: ClassVar[dict[str, str]] = {}  # module name -> the word TransformerLens uses for it
+
+    def hook_points(self) -> dict[str, hp.HookPoint]:
+        """Every hook point by its public name (``blocks.0.attn.hook_pattern``, ...), in the order of its modules."""
+        points = self.__dict__.get("_hook_points")
+        if points is None:
+            points = self.__dict__["_hook_points"] = hp.named_hook_points(self, self.hook_aliases)
+        return points
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple[hp.NamesFilter, hp.HookFn]] = ()) -> Iterator[LanguageModel]:
+        """The model with ``fwd_hooks`` ((names, fn) pairs, ``fn(tensor, hook) -> tensor or None``) attached
+        for the ``with`` block; they are removed after it, also after an error."""
+        with hp.attached(self.hook_points(), fwd_hooks):
+            yield self
+
+    def run_with_hooks(self, *args, fwd_hooks: Iterable[tuple[hp.NamesFilter, hp.HookFn]] = (), **kwargs):
+        """``self(*args, **kwargs)`` with ``fwd_hooks`` attached for this one call."""
+        with self.hooks(fwd_hooks):
+            return self(*args, **kwargs)
+
+    def run_with_cache(self, *args, names_filter: hp.NamesFilter = None, **kwargs):
+        """``self(*args, **kwargs)`` and an ``ActivationCache`` of what the hook points ``names_filter``
+        picks (all of them by default) saw, detached."""
+        cache = hp.ActivationCache()
+        with self.hooks([(names_filter, hp.keeper(cache))]):
+            return self(*args, **kwargs), cache
+
+    def __repr__(self) -> str:
+        """The architecture as ``nn.Module`` prints it, without the hook points (one line counts them)."""
+        def lines(module: nn.Module, indent: str) -> list[str]:
+            children = [(name, child) for name, child in module.named_children()
+                        if not isinstance(child, hp.HookPoint)]
+            head = f"{type(module).__name__}({module.extra_repr()}"
+            if not children:
+                return [head + ")"]
+            body = [f"{indent}  ({name}): " + "\n".join(lines(child, indent + "  ")) for name, child in children]
+            return [head, *body, f"{indent})"]
+        return "\n".join(lines(self, "")) + f"\n{len(self.hook_points())} hook points: model.hook_points()"
 
     def loss(self, batch) -> torch.Tensor:
         raise NotImplementedError
@@ -174,8 +218,12 @@ class Decoder(LanguageModel):
         raise NotImplementedError(f"{type(self).__name__} has no step: its past_shape is None")
 
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor] | None:
-        """Per layer, the attention weights (B, h, T, T) for ``idx`` (B, T); None: no attention."""
-        return None
+        """Per layer, the attention weights (B, h, T, T) for ``idx`` (B, T), read at each attention's
+        ``hook_pattern``; None: no attention."""
+        if not self.has_attention:
+            return None
+        layers = self.attention_layers()["self"]
+        return hp.recorded([attention.hook_pattern for attention in layers], lambda: self(idx))
 
 
 class EncoderDecoder(LanguageModel):
@@ -212,5 +260,12 @@ class EncoderDecoder(LanguageModel):
         raise NotImplementedError
 
     def translation_maps(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
-        """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention weights."""
-        raise NotImplementedError
+        """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention
+        weights, read at each attention's ``hook_pattern``."""
+        layers = self.attention_layers()
+        kinds = ("encoder", "decoder", "cross")
+        points = [attention.hook_pattern for kind in kinds for attention in layers[kind]]
+        weights = hp.recorded(points, lambda: self(src, tgt))
+        counts = [len(layers[kind]) for kind in kinds]
+        starts = [sum(counts[:i]) for i in range(len(kinds))]
+        return {kind: weights[start:start + count] for kind, start, count in zip(kinds, starts, counts, strict=True)}

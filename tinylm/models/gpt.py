@@ -18,6 +18,10 @@ feed-forward), ``qk_norm`` (queries and keys scaled to unit RMS per head before 
 ``logit_softcap`` (logits squashed into (-cap, cap) by cap·tanh(logits/cap)) and ``tied_head``
 (lm_head reuses the token embedding matrix; its bias stays).
 
+Every stage passes its tensor through a named hook point (``tinylm.models.hook_points``), where a
+user reads or replaces it: ``hook_embed``, ``blocks.0.attn.hook_pattern``, ... (TransformerLens's
+names and shapes; the comment beside each says its shape).
+
 The module knows nothing about Lightning; ``tinylm.training.module`` wraps it for training.
 """
 
@@ -32,10 +36,11 @@ from torch.nn import functional as F
 
 from tinylm.models.base import Decoder, ModelConfig
 from tinylm.models.gpt_checks import gpt_config_problems
+from tinylm.models.hook_points import HookPoint
 from tinylm.models.kvcache import KVCache, KVCaches
+from tinylm.models.norms import NORMS
 from tinylm.models.ops import Dropout
 from tinylm.models.positions import RotaryPositions, position_embedding
-from tinylm.models.tracing import trace, tracing
 
 
 @dataclass
@@ -47,7 +52,7 @@ class GPTConfig(ModelConfig):
     num_layers: int = 4
     dropout: float = 0.1
     pos_encoding: str = "learned"  # "learned" table, fixed "sinusoidal" or "rope" (no parameters)
-    attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, returns weights)
+    attn_impl: str = "sdpa"  # "sdpa" (fused, fast) or "explicit" (readable, the weights written out)
     norm: str = "layernorm"  # "layernorm" or "rmsnorm" (a gain, no bias)
     activation: str = "relu"  # the feed-forward's: "relu" or "relu2" (relu(x)**2)
     qk_norm: bool = False  # queries and keys at unit RMS per head
@@ -74,7 +79,8 @@ class GPTConfig(ModelConfig):
 class Attention(nn.Module):
     """Multi-head attention's parts, shared by every attention here (the encoder-decoder's too):
     q, k, v from one fused projection (no bias), rope on request, the weights written out
-    (``explicit``), the heads' outputs projected back (``output``)."""
+    (``explicit``), the heads' outputs projected back (``output``). A hook on ``hook_attn_scores`` or
+    ``hook_pattern`` makes a fast path (SDPA) write the weights out too, so they exist to be seen."""
 
     def __init__(self, n_embd: int, num_heads: int, dropout: float, block_size: int, rope: bool,
                  qk_norm: bool = False):
@@ -88,41 +94,57 @@ class Attention(nn.Module):
         self.attn_dropout = Dropout(dropout)
         self.resid_dropout = Dropout(dropout)
         self.rotary = RotaryPositions(block_size, self.head_size) if rope else None
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()  # (B, T, h, hs) each
+        if rope:
+            self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()  # (B, T, h, hs): rotated
+        self.hook_attn_scores = HookPoint()  # (B, h, T, T'): q·kᵀ/√hs, -inf where hidden
+        self.hook_pattern = HookPoint()  # (B, h, T, T'): softmax of the scores, rows sum to 1
+        self.hook_z = HookPoint()  # (B, T, h, hs): each head's output, pattern @ v
+
+    @property
+    def shows_weights(self) -> bool:
+        """Whether a hook waits for the scores or the weights: then even a fast path writes them out."""
+        return self.hook_attn_scores.active or self.hook_pattern.active
+
+    def heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, T, h, hs): the heads' slices of every position."""
+        B, T, _ = t.shape
+        return t.view(B, T, self.num_heads, self.head_size)
 
     def query_key_value(self, x: torch.Tensor, start: int = 0):
         """x (B, T, C) at positions start .. start+T-1 -> q, k, v (B, h, T, hs), rope applied."""
-        B, T, C = x.shape
-        qkv = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
-        q, k, v = (t.view(B, T, self.num_heads, self.head_size).transpose(1, 2) for t in qkv)  # 3 x (B, h, T, hs)
+        C = x.size(2)
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q, k, v = self.hook_q(self.heads(q)), self.hook_k(self.heads(k)), self.hook_v(self.heads(v))  # (B, T, h, hs)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # 3 x (B, h, T, hs)
         if self.qk_norm:  # each head's query and key at unit RMS: the scores' scale does not grow with training
             q, k = F.rms_norm(q, (self.head_size,)), F.rms_norm(k, (self.head_size,))
         if self.rotary is not None:  # keys are stored in the cache already rotated
-            q, k = self.rotary(q, start), self.rotary(k, start)
-        trace("q", q), trace("k", k), trace("v", v)
+            q = self.hook_rot_q(self.rotary(q, start).transpose(1, 2)).transpose(1, 2)  # (B, h, T, hs)
+            k = self.hook_rot_k(self.rotary(k, start).transpose(1, 2)).transpose(1, 2)  # (B, h, T, hs)
         return q, k, v
 
-    def explicit(self, q, k, v, bias):
-        """Attention written out, one fused op over the B*h heads: softmax(q kᵀ/√hs + bias) @ v (B, h, T, hs)
-        and the weights (B, h, T, T'), for q (B, h, T, hs), k and v (B, h, T', hs) and a bias (0: visible,
-        -inf: hidden) broadcastable to (B*h, T, T'). The encoder-decoder's attentions use it too."""
+    def explicit(self, q, k, v, bias, fused: torch.Tensor | None = None):
+        """Attention written out, one fused op over the B*h heads: softmax(q kᵀ/√hs + bias) @ v (B, h, T, hs),
+        for q (B, h, T, hs), k and v (B, h, T', hs) and a bias (0: visible, -inf: hidden) broadcastable
+        to (B*h, T, T'). The encoder-decoder's attentions use it too. ``fused``: the same output from a fast
+        kernel, returned as it is unless a hook changed the scores or the weights (so a hook that only
+        looks changes no bit)."""
         B, h, T, _ = q.shape
         qs, ks = q.flatten(0, 1), k.flatten(0, 1)  # (B*h, T, hs), (B*h, T', hs)
         scores = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_size))
-        scores = scores.view(B, h, T, -1)  # (B, h, T, T')
-        trace("scores", scores)
-        weights = F.softmax(scores, dim=-1)  # (B, h, T, T'), rows sum to 1
-        trace("attention weights", weights)
-        return self.attn_dropout(weights) @ v, weights  # (B, h, T, hs)
+        scores, changed = self.hook_attn_scores.passed(scores.view(B, h, T, -1))  # (B, h, T, T')
+        weights, changed_weights = self.hook_pattern.passed(F.softmax(scores, dim=-1))  # (B, h, T, T'), rows sum to 1
+        if fused is not None and not (changed or changed_weights):
+            return fused
+        return self.attn_dropout(weights) @ v  # (B, h, T, hs)
 
     def output(self, y):
         """The heads' outputs (B, h, T, hs) side by side again, projected: (B, T, C)."""
         B, _, T, _ = y.shape
-        trace("attention output per head", y)
-        y = y.transpose(1, 2).contiguous().view(B, T, -1)  # (B, T, C): heads concatenated
-        trace("heads concatenated", y)
-        y = self.resid_dropout(self.proj(y))  # (B, T, C)
-        trace("attention projection", y)
-        return y
+        z = self.hook_z(y.transpose(1, 2))  # (B, T, h, hs)
+        y = z.contiguous().view(B, T, -1)  # (B, T, C): heads concatenated
+        return self.resid_dropout(self.proj(y))  # (B, T, C)
 
 
 class CausalSelfAttention(Attention):
@@ -142,7 +164,8 @@ class CausalSelfAttention(Attention):
         self.register_buffer("causal_bias", bias, persistent=False)  # (block, block)
         self.kv_cache: KVCache | None = None  # the past positions' keys/values while decoding (KVCaches)
 
-    def forward(self, x, use_cache: bool = False, need_weights: bool = False):
+    def forward(self, x, use_cache: bool = False, explicit: bool = False):
+        """x (B, T, C) -> (B, T, C). ``explicit``: the written-out attention whatever ``impl`` says."""
         T = x.size(1)
         cache = self.kv_cache if use_cache else None
         start = cache.length if cache is not None else 0
@@ -156,10 +179,9 @@ class CausalSelfAttention(Attention):
         # On CPU, SDPA with dropout falls back to an unfused kernel with slow masks: during training
         # with dropout the explicit path (with the cheap Dropout) is faster there. Same numbers.
         dropout_on_cpu = self.training and self.dropout > 0 and x.device.type == "cpu"
-        weights = None
-        if self.impl == "explicit" or need_weights or dropout_on_cpu or tracing():
-            bias = self.causal_bias[start : start + T, : start + T]  # (T, T'), -inf above the diagonal
-            y, weights = self.explicit(q, k, v, bias)  # (B, h, T, hs), (B, h, T, T')
+        bias = self.causal_bias[start : start + T, : start + T]  # (T, T'), -inf above the diagonal
+        if self.impl == "explicit" or explicit or dropout_on_cpu:
+            y = self.explicit(q, k, v, bias)  # (B, h, T, hs)
         else:
             dropout_p = self.dropout if self.training else 0.0
             if start == 0:  # prefill / training: plain causal attention
@@ -167,7 +189,9 @@ class CausalSelfAttention(Attention):
             else:  # cached decoding; one new query sees every stored key, so it needs no mask
                 attn_mask = None if T == 1 else mask
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-        return self.output(y), weights
+            if self.shows_weights:  # the weights written out for the hooks; SDPA's y stays unless one changes them
+                y = self.explicit(q, k, v, bias, fused=y)  # (B, h, T, hs)
+        return self.output(y)
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,16 +207,14 @@ class FeedForward(nn.Module):
         self.proj = nn.Linear(4 * n_embd, n_embd)
         self.dropout = Dropout(dropout)
         self.squared = squared
+        self.hook_pre = HookPoint()  # (B, T, 4C): before the activation
+        self.hook_post = HookPoint()  # (B, T, 4C): after it
 
     def forward(self, x):
-        h = F.relu(self.fc(x))  # (B, T, 4C)
+        h = F.relu(self.hook_pre(self.fc(x)))  # (B, T, 4C)
         if self.squared:
             h = h.square()  # relu(x)**2
-        trace("feed-forward hidden", h)
-        return self.dropout(self.proj(h))  # (B, T, C)
-
-
-NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}  # model.norm -> the class of every norm layer
+        return self.dropout(self.proj(self.hook_post(h)))  # (B, T, C)
 
 
 class Block(nn.Module):
@@ -206,13 +228,15 @@ class Block(nn.Module):
                                         rope=c.pos_encoding == "rope", impl=c.attn_impl, qk_norm=c.qk_norm)
         self.ln2 = NORMS[c.norm](c.n_embd)
         self.ffwd = FeedForward(c.n_embd, c.dropout, squared=c.activation == "relu2")
+        # the residual stream (B, T, C) at each stage, and what each half adds to it
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
-    def forward(self, x, use_cache: bool = False, need_weights: bool = False):
-        a, weights = self.attn(self.ln1(x), use_cache, need_weights)
-        x = x + a  # (B, T, C)
-        x = x + self.ffwd(self.ln2(x))  # (B, T, C)
-        trace("block output", x)
-        return x, weights
+    def forward(self, x, use_cache: bool = False, explicit: bool = False):
+        x = self.hook_resid_pre(x)  # (B, T, C)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), use_cache, explicit)))  # (B, T, C)
+        x = self.hook_resid_post(x + self.hook_mlp_out(self.ffwd(self.ln2(x))))  # (B, T, C)
+        return x
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,6 +245,7 @@ class Block(nn.Module):
 
 class GPT(Decoder):
     has_attention = True
+    hook_aliases = {"ffwd": "mlp", "ln_f": "ln_final"}  # hook point names in TransformerLens's words
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -234,6 +259,8 @@ class GPT(Decoder):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size)  # untied from token_embedding ...
         if config.tied_head:  # ... unless tied: one (V, C) matrix embeds the tokens and scores them
             self.lm_head.weight = self.token_embedding.weight
+        self.hook_embed = HookPoint()  # (B, T, C)
+        self.hook_pos_embed = HookPoint()  # (B, T, C): the same (T, C) rows for every sequence
         self.apply(self._init_weights)
 
     @staticmethod
@@ -244,38 +271,28 @@ class GPT(Decoder):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def blocks_output(self, idx, cache: KVCaches | None = None, need_weights: bool = False):
-        """idx (B, T) -> the last block's output (B, T, C), and per layer the attention weights
-        (B, h, T, T') if ``need_weights`` (else None): embeddings, then every block."""
-        T = idx.size(1)
+    def blocks_output(self, idx, cache: KVCaches | None = None, explicit: bool = False):
+        """idx (B, T) -> the last block's output (B, T, C): embeddings, then every block.
+        ``explicit``: every attention written out (the same ops whatever the lengths)."""
+        B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}")
-        trace("ids", idx)
-        tok = self.token_embedding(idx)  # (B, T, C)
-        trace("token embedding", tok)
+        x = self.hook_embed(self.token_embedding(idx))  # (B, T, C)
         if self.position_embedding is not None:
             pos = self.position_embedding(torch.arange(start, start + T, device=idx.device))  # (T, C)
-            trace("position embedding", pos)
-            tok = tok + pos  # (B, T, C), positions broadcast over the batch
-        x = self.drop(tok)  # (B, T, C)
-        trace("token + position", x)
-
-        attention = []
+            x = x + self.hook_pos_embed(pos.expand(B, T, -1))  # (B, T, C), one table for every sequence
+        x = self.drop(x)  # (B, T, C)
         for block in self.blocks:
-            x, weights = block(x, cache is not None, need_weights)  # each attention appends to its own cache
-            attention.append(weights)
-        return x, attention
+            x = block(x, cache is not None, explicit)  # (B, T, C); each attention appends to its own cache
+        return x
 
     def head(self, x):
         """A block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V), soft-capped if asked."""
-        x = self.ln_f(x)  # (B, T, C)
-        trace("final LayerNorm", x)
-        logits = self.lm_head(x)  # (B, T, V)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         cap = self.config.logit_softcap
         if cap is not None:
             logits = cap * torch.tanh(logits / cap)  # (B, T, V), each in (-cap, cap)
-        trace("logits", logits)
         return logits
 
     def forward(self, idx, targets=None, cache: KVCaches | None = None, last_only=False):
@@ -286,18 +303,14 @@ class GPT(Decoder):
         no others, so lm_head (T x C x V) runs once instead of T times.
         """
         B, T = idx.shape
-        x, _ = self.blocks_output(idx, cache)  # (B, T, C)
+        x = self.blocks_output(idx, cache)  # (B, T, C)
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         logits = self.head(x)  # (B, T, V)
 
         loss = None
         if targets is not None and not last_only:
-            flat_logits = logits.view(B * T, -1)  # (B*T, V)
-            flat_targets = targets.reshape(B * T)  # (B*T,)
-            trace("loss input: logits", flat_logits)
-            trace("loss input: targets", flat_targets)
-            loss = F.cross_entropy(flat_logits, flat_targets)
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V) vs (B*T,)
         return logits, loss
 
     def parameter_table(self) -> list[tuple[str, int]]:
@@ -319,18 +332,14 @@ class GPT(Decoder):
 
     def step(self, idx, past_keys, past_values):
         cache = KVCaches([block.attn for block in self.blocks], past_keys, past_values)
-        # need_weights: the explicit attention, the same ops for any P and T (SDPA branches on them)
-        x, _ = self.blocks_output(idx, cache, need_weights=True)  # (B, T, C)
+        # explicit: the written-out attention, the same ops for any P and T (SDPA branches on them)
+        x = self.blocks_output(idx, cache, explicit=True)  # (B, T, C)
         logits = self.head(x)  # (B, T, V)
         return (logits, *cache.release())  # keys and values (L, B, h, P+T, hs) each
 
     def past_shape(self, batch_size: int, length: int) -> tuple[int, ...]:
         c = self.config
         return (c.num_layers, batch_size, c.num_heads, length, c.head_size)  # (L, B, h, P, hs)
-
-    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """Per layer (B, h, T, T): every layer computes softmax(q kᵀ/√hs) itself, even with SDPA."""
-        return self.blocks_output(idx, need_weights=True)[1]
 
     def attention_layers(self) -> dict[str, list[nn.Module]]:
         return {"self": [block.attn for block in self.blocks]}

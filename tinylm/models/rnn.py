@@ -8,7 +8,8 @@ Shapes: B = batch, T = sequence length, E = n_embd, H = hidden_size, V = vocabul
 It is a decoder (``tinylm.models.base.Decoder``), so the same LightningModule, data, callbacks
 and sampling loop drive it. Training reads windows of ``block_size`` tokens, each starting from a zero hidden state.
 Generation is not limited to a window (``context_window`` is None): the hidden state carries the
-whole past, and ``RNNState`` plays the part of the KV cache. It has no attention to show.
+whole past, and ``RNNState`` plays the part of the KV cache. It has no attention to show; its hook
+points are ``hook_embed`` (B, T, E) and ``hook_rnn_out`` (B, T, H), the last layer's hidden states.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from tinylm.models.base import Decoder, ModelConfig
+from tinylm.models.hook_points import HookPoint
 from tinylm.models.ops import Dropout
 from tinylm.models.rnn_checks import rnn_config_problems
-from tinylm.models.tracing import trace
 
 
 @dataclass
@@ -69,6 +70,8 @@ class RNNLanguageModel(Decoder):
         # Small output weights, zero bias: the initial loss is close to ln(V), as for the GPT.
         nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.02)
         nn.init.zeros_(self.lm_head.bias)
+        self.hook_embed = HookPoint()  # (B, T, E)
+        self.hook_rnn_out = HookPoint()  # (B, T, H)
 
     def forward(self, idx, targets=None, cache: RNNState | None = None, last_only=False):
         """idx (B, T) -> (logits (B, T, V), loss or None); see ``Decoder``.
@@ -77,17 +80,14 @@ class RNNLanguageModel(Decoder):
         positions not read yet.
         """
         B, T = idx.shape
-        trace("ids", idx)
-        x = self.drop(self.token_embedding(idx))  # (B, T, E)
-        trace("token embedding", x)
+        x = self.drop(self.hook_embed(self.token_embedding(idx)))  # (B, T, E)
         out, hidden = self.rnn(x, cache.hidden if cache is not None else None)  # (B, T, H)
-        trace("recurrent output", out)
+        out = self.hook_rnn_out(out)  # (B, T, H)
         if cache is not None:
             cache.hidden, cache.length = hidden, cache.length + T
         if last_only:
             out = out[:, -1:]  # (B, 1, H)
         logits = self.lm_head(self.drop(out))  # (B, T, V)
-        trace("logits", logits)
         loss = None
         if targets is not None and not last_only:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V) vs (B*T,)

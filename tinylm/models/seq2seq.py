@@ -16,6 +16,12 @@ hs = head size = C / h, V = vocabulary size (one vocabulary for both sides).
 Sources are padded with PAD_ID at the end: the encoder's self-attention and the cross-attention
 never look at a padding key, so a padded example gives the same outputs as the example alone.
 Targets need no mask of their own: causal attention never sees the padding after a target's END.
+
+Hook points as the GPT's (``tinylm.models.hook_points``), in the encoder's and the decoder's words:
+``hook_src_embed``, ``hook_src_pos_embed``, ``encoder.{l}.hook_resid_pre``, ``encoder.{l}.attn.hook_pattern``,
+..., ``ln_memory.hook_normalized``, ``hook_tgt_embed``, ``hook_tgt_pos_embed``, ``decoder.{l}.self_attn.hook_z``,
+``decoder.{l}.cross_attn.hook_pattern`` (B, h, T, S), ``decoder.{l}.hook_cross_attn_out``, ...,
+``ln_final.hook_normalized``.
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ from torch.nn import functional as F
 
 from tinylm.models.base import EncoderDecoder, ModelConfig
 from tinylm.models.gpt import GPT, Attention, CausalSelfAttention, FeedForward
+from tinylm.models.hook_points import HookPoint
 from tinylm.models.kvcache import KVCaches
+from tinylm.models.norms import LayerNorm
 from tinylm.models.ops import Dropout
 from tinylm.models.positions import position_embedding
 from tinylm.models.seq2seq_checks import seq2seq_config_problems
-from tinylm.models.tracing import trace
 
 PAD_ID, BEGIN_ID, END_ID = 0, 1, 2  # the first three symbols of every translation vocabulary
 
@@ -72,8 +79,8 @@ class SelfAttention(Attention):
 
     def forward(self, x, pad_bias):
         q, k, v = self.query_key_value(x)  # (B, h, S, hs) each, rope applied
-        y, weights = self.explicit(q, k, v, pad_bias)  # (B, h, S, hs), (B, h, S, S)
-        return self.output(y), weights
+        y = self.explicit(q, k, v, pad_bias)  # (B, h, S, hs)
+        return self.output(y)
 
 
 class CrossAttention(Attention):
@@ -86,16 +93,16 @@ class CrossAttention(Attention):
 
     def memory_keys_values(self, memory):
         """memory (B, S, C) -> k, v (B, h, S, hs): computed once per source, used at every decoding step."""
-        B, S, C = memory.shape
-        kv = F.linear(memory, self.qkv.weight[C:]).split(C, dim=2)  # 2 x (B, S, C)
-        return tuple(t.view(B, S, self.num_heads, self.head_size).transpose(1, 2) for t in kv)  # 2 x (B, h, S, hs)
+        C = memory.size(2)
+        k, v = F.linear(memory, self.qkv.weight[C:]).split(C, dim=2)  # 2 x (B, S, C)
+        k, v = self.hook_k(self.heads(k)), self.hook_v(self.heads(v))  # (B, S, h, hs) each
+        return k.transpose(1, 2), v.transpose(1, 2)  # (B, h, S, hs) each
 
     def forward(self, x, memory_kv, pad_bias):
-        B, T, C = x.shape
-        q = F.linear(x, self.qkv.weight[:C])  # (B, T, C)
-        q = q.view(B, T, self.num_heads, self.head_size).transpose(1, 2)  # (B, h, T, hs)
-        y, weights = self.explicit(q, *memory_kv, pad_bias)  # (B, h, T, hs), (B, h, T, S)
-        return self.output(y), weights
+        C = x.size(2)
+        q = self.hook_q(self.heads(F.linear(x, self.qkv.weight[:C])))  # (B, T, h, hs)
+        y = self.explicit(q.transpose(1, 2), *memory_kv, pad_bias)  # (B, h, T, hs)
+        return self.output(y)
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,17 +115,18 @@ class EncoderBlock(nn.Module):
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         c = config
-        self.ln1 = nn.LayerNorm(c.n_embd)
+        self.ln1 = LayerNorm(c.n_embd)
         self.attn = SelfAttention(c.n_embd, c.num_heads, c.dropout, c.block_size, rope=c.pos_encoding == "rope")
-        self.ln2 = nn.LayerNorm(c.n_embd)
+        self.ln2 = LayerNorm(c.n_embd)
         self.ffwd = FeedForward(c.n_embd, c.dropout)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()  # (B, S, C) each
 
     def forward(self, x, pad_bias):
-        a, weights = self.attn(self.ln1(x), pad_bias)
-        x = x + a  # (B, S, C)
-        x = x + self.ffwd(self.ln2(x))  # (B, S, C)
-        trace("block output", x)
-        return x, weights
+        x = self.hook_resid_pre(x)  # (B, S, C)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), pad_bias)))  # (B, S, C)
+        x = self.hook_resid_post(x + self.hook_mlp_out(self.ffwd(self.ln2(x))))  # (B, S, C)
+        return x
 
 
 @dataclass
@@ -127,7 +135,6 @@ class Memory:
 
     keys_values: list[tuple[torch.Tensor, torch.Tensor]]  # per decoder layer, k and v (B, h, S, hs)
     pad_bias: torch.Tensor  # (B*h, 1, S): -inf on padding
-    encoder_attention: list[torch.Tensor]  # per encoder layer, (B, h, S, S)
 
 
 class DecoderBlock(nn.Module):
@@ -136,24 +143,26 @@ class DecoderBlock(nn.Module):
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         c = config
-        self.ln1 = nn.LayerNorm(c.n_embd)
-        # explicit: every attention here returns its weights, for the heatmaps
+        self.ln1 = LayerNorm(c.n_embd)
         self.self_attn = CausalSelfAttention(c.n_embd, c.num_heads, c.dropout, c.block_size,
                                              rope=c.pos_encoding == "rope", impl="explicit")
-        self.ln2 = nn.LayerNorm(c.n_embd)
+        self.ln2 = LayerNorm(c.n_embd)
         self.cross_attn = CrossAttention(c.n_embd, c.num_heads, c.dropout, c.block_size, rope=False)
-        self.ln3 = nn.LayerNorm(c.n_embd)
+        self.ln3 = LayerNorm(c.n_embd)
         self.ffwd = FeedForward(c.n_embd, c.dropout)
+        # the residual stream (B, T, C) at each stage, and what each of the three parts adds to it
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_mid_cross = HookPoint(), HookPoint(), HookPoint()
+        self.hook_resid_post = HookPoint()
+        self.hook_attn_out, self.hook_cross_attn_out, self.hook_mlp_out = HookPoint(), HookPoint(), HookPoint()
 
     def forward(self, x, memory_kv, pad_bias, use_cache: bool = False):
         """x (B, T, C); memory_kv: this block's k, v of the source (B, h, S, hs); pad_bias (B*h, 1, S)."""
-        a, self_weights = self.self_attn(self.ln1(x), use_cache, need_weights=True)
-        x = x + a  # (B, T, C)
-        a, cross_weights = self.cross_attn(self.ln2(x), memory_kv, pad_bias)
-        x = x + a  # (B, T, C)
-        x = x + self.ffwd(self.ln3(x))  # (B, T, C)
-        trace("block output", x)
-        return x, self_weights, cross_weights
+        x = self.hook_resid_pre(x)  # (B, T, C)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.self_attn(self.ln1(x), use_cache)))  # (B, T, C)
+        a = self.hook_cross_attn_out(self.cross_attn(self.ln2(x), memory_kv, pad_bias))  # (B, T, C)
+        x = self.hook_resid_mid_cross(x + a)  # (B, T, C)
+        x = self.hook_resid_post(x + self.hook_mlp_out(self.ffwd(self.ln3(x))))  # (B, T, C)
+        return x
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,6 +171,7 @@ class DecoderBlock(nn.Module):
 
 class Seq2Seq(EncoderDecoder):
     has_attention = True
+    hook_aliases = {"ffwd": "mlp", "ln_f": "ln_final"}  # hook point names in TransformerLens's words
 
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
@@ -171,50 +181,50 @@ class Seq2Seq(EncoderDecoder):
         self.position_embedding = position_embedding(config.pos_encoding, config.block_size, config.n_embd)
         self.drop = Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderBlock(config) for _ in range(config.encoder_layers))
-        self.ln_memory = nn.LayerNorm(config.n_embd)
+        self.ln_memory = LayerNorm(config.n_embd)
         self.decoder = nn.ModuleList(DecoderBlock(config) for _ in range(config.decoder_layers))
-        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.ln_f = LayerNorm(config.n_embd)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+        self.hook_src_embed, self.hook_src_pos_embed = HookPoint(), HookPoint()  # (B, S, C) each
+        self.hook_tgt_embed, self.hook_tgt_pos_embed = HookPoint(), HookPoint()  # (B, T, C) each
         self.apply(GPT._init_weights)
 
-    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """ids (B, L) at positions start .. start+L-1 -> token + position embedding (B, L, C)."""
-        if start + idx.size(1) > self.config.block_size:
-            raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than "
-                             f"block_size={self.config.block_size}")
-        x = self.token_embedding(idx)  # (B, L, C)
+    def embed(self, idx: torch.Tensor, hooks: tuple[HookPoint, HookPoint], start: int = 0) -> torch.Tensor:
+        """ids (B, L) at positions start .. start+L-1 -> token + position embedding (B, L, C), each part
+        through its side's hook point."""
+        B, L = idx.shape
+        if start + L > self.config.block_size:
+            raise ValueError(f"sequence of {start + L} tokens is longer than block_size={self.config.block_size}")
+        hook_embed, hook_pos_embed = hooks
+        x = hook_embed(self.token_embedding(idx))  # (B, L, C)
         if self.position_embedding is not None:
-            x = x + self.position_embedding(torch.arange(start, start + idx.size(1), device=idx.device))  # (B, L, C)
+            pos = self.position_embedding(torch.arange(start, start + L, device=idx.device))  # (L, C)
+            x = x + hook_pos_embed(pos.expand(B, L, -1))  # (B, L, C)
         return self.drop(x)
 
     def encode(self, src: torch.Tensor) -> Memory:
         """Source ids (B, S), padded with PAD_ID at the end -> what the decoder reads of them."""
         pad_bias = padding_bias(src, self.config.num_heads)  # (B*h, 1, S)
-        x = self.embed(src)  # (B, S, C)
-        attention = []
+        x = self.embed(src, (self.hook_src_embed, self.hook_src_pos_embed))  # (B, S, C)
         for block in self.encoder:
-            x, weights = block(x, pad_bias)
-            attention.append(weights)
+            x = block(x, pad_bias)  # (B, S, C)
         memory = self.ln_memory(x)  # (B, S, C)
         keys_values = [block.cross_attn.memory_keys_values(memory) for block in self.decoder]
-        return Memory(keys_values, pad_bias, attention)
+        return Memory(keys_values, pad_bias)
 
     def decode(self, tgt: torch.Tensor, memory: Memory, cache: KVCaches | None = None, last_only: bool = False):
-        """Target ids (B, T) -> logits (B, T, V), and per decoder layer the self- and cross-attention weights.
+        """Target ids (B, T) -> logits (B, T, V).
 
         ``cache``: decode incrementally, ``tgt`` holding only the new positions. ``last_only``: the
         logits of the last position only, (B, 1, V).
         """
         start = cache.length if cache is not None else 0
-        x = self.embed(tgt, start)  # (B, T, C)
-        self_attention, cross_attention = [], []
+        x = self.embed(tgt, (self.hook_tgt_embed, self.hook_tgt_pos_embed), start)  # (B, T, C)
         for block, memory_kv in zip(self.decoder, memory.keys_values, strict=True):
-            x, self_weights, cross_weights = block(x, memory_kv, memory.pad_bias, cache is not None)
-            self_attention.append(self_weights)
-            cross_attention.append(cross_weights)
+            x = block(x, memory_kv, memory.pad_bias, cache is not None)  # (B, T, C)
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
-        return self.head(x), self_attention, cross_attention  # logits (B, T, V)
+        return self.head(x)  # (B, T, V)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """A decoder block's output (B, T, C) -> final LayerNorm -> lm_head -> logits (B, T, V)."""
@@ -225,7 +235,7 @@ class Seq2Seq(EncoderDecoder):
 
         ``targets`` (B, T) = target + END, padded with PAD_ID, which the loss leaves out.
         """
-        logits = self.decode(tgt, self.encode(src))[0]  # (B, T, V)
+        logits = self.decode(tgt, self.encode(src))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)  # (B*T, V), (B*T,)
@@ -234,12 +244,6 @@ class Seq2Seq(EncoderDecoder):
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCaches:
         """Each decoder self-attention's KV cache (the source's keys and values are in ``Memory``)."""
         return KVCaches.empty([block.self_attn for block in self.decoder], batch_size, device, dtype)
-
-    def translation_maps(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
-        """Per layer: "encoder" (B, h, S, S), "decoder" (B, h, T, T) and "cross" (B, h, T, S) attention weights."""
-        memory = self.encode(src)
-        _, self_attention, cross_attention = self.decode(tgt, memory)
-        return {"encoder": memory.encoder_attention, "decoder": self_attention, "cross": cross_attention}
 
     def attention_layers(self) -> dict[str, list[nn.Module]]:
         return {"encoder": [block.attn for block in self.encoder],

@@ -43,7 +43,7 @@ NEVER_WRITTEN = (PAD_ID, BEGIN_ID)  # symbols a translation never contains: mask
 def _next_logits(model: LanguageModel, seq: torch.Tensor, memory, cache) -> torch.Tensor:
     """Logits (B, V) of the symbol after ``seq`` (B, L): only the new symbols with a cache, all without."""
     new = seq if cache is None else seq[:, cache.length :]
-    return model.decode(new, memory, cache, last_only=True)[0][:, -1]  # (B, V)
+    return model.decode(new, memory, cache, last_only=True)[:, -1]  # (B, V)
 
 
 def cut(ids: list[int]) -> list[int]:
@@ -80,7 +80,7 @@ def translate(model: LanguageModel, src: torch.Tensor, temperature: float = 0.0,
 def expand_memory(memory: Memory, k: int) -> Memory:
     """One encoded source shared by ``k`` hypotheses: batch 1 -> k, without encoding it again."""
     keys_values = [(key.expand(k, -1, -1, -1), value.expand(k, -1, -1, -1)) for key, value in memory.keys_values]
-    return Memory(keys_values, memory.pad_bias.repeat(k, 1, 1), memory.encoder_attention)  # bias (k*h, 1, S)
+    return Memory(keys_values, memory.pad_bias.repeat(k, 1, 1))  # bias (k*h, 1, S)
 
 
 def beam_search(model: LanguageModel, src: torch.Tensor, beam_size: int, use_cache: bool = True) -> list[int]:
