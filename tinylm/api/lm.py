@@ -238,10 +238,11 @@ class LM:
     # ------------------------------------------------------------------------------------------------------
     # Views
 
-    def show(self, text: str, **settings):
-        """The explorer's view of ``text`` in a notebook cell (``tinylm.explorer.standalone``): every layer's and
-        head's attention, the next characters, the logit lens, heads switched off by clicking; a translation
-        checkpoint: its translation of ``text`` with the cross-attention. ``.save("view.html")`` writes it."""
+    def show(self, text: str | None = None, **settings):
+        """The explorer's view of ``text`` in a notebook cell (``tinylm.explorer.standalone``; None: the run's probe
+        text): every layer's and head's attention, the next characters, the logit lens, heads switched off by
+        clicking; a translation checkpoint: its translation of ``text`` with the cross-attention.
+        ``.save("view.html")`` writes it as one HTML file that opens offline."""
         from tinylm.explorer import standalone
 
         if self.task == "translation":

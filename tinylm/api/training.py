@@ -57,7 +57,12 @@ def train(overrides: Iterable[str] = ()) -> Run:
 
     use_project_root()  # as the command: run folders under the project folder
     from tinylm.commands import train as command
+    from tinylm.runs import folder
 
+    # a run folder's name resolves to the same folder within a process (claim_unique_dir): within one run, as the
+    # command is one process a run; a second run here, started in the same second with the same settings, claims
+    # its own folder (-2_...)
+    folder._claimed.clear()
     with command_process(overrides) as seen:
         try:
             command.run_command_line()
@@ -101,13 +106,13 @@ def read_metrics(run_dir: Path) -> dict:
 
 @contextmanager
 def command_process(overrides: list[str]) -> Iterator[list[Path]]:
-    """The train command's process state for one run (``sys.argv``, Hydra's full errors), and this process's
-    own back afterwards; yields the list the run's folder is added to once its job starts (``watching_job``)."""
+    """The train command's process state for one run (``sys.argv``, Hydra's full errors), and this process's own
+    back afterwards (torch's thread count: ``watching_job``); yields the list the run's folder is added to once its
+    job starts (``watching_job``)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    torch = sys.modules.get("torch")  # not imported here: a refused command line never needs it
-    argv, threads, full_error = sys.argv, torch and torch.get_num_threads(), os.environ.get("HYDRA_FULL_ERROR")
+    argv, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     loggers = logging_state()
     sys.argv = ["train.py", *overrides]
@@ -124,8 +129,6 @@ def command_process(overrides: list[str]) -> Iterator[list[Path]]:
         restore_logging(loggers)
         for signum, handler in signals.items():
             signal.signal(signum, handler)
-        if torch is not None:  # a run's threads=N sets torch's for the whole process
-            torch.set_num_threads(threads)
         HydraConfig.instance().cfg = None  # nothing later runs "inside" that Hydra job
         GlobalHydra.instance().clear()
 
@@ -146,8 +149,10 @@ def watching_job() -> Iterator[list[Path]]:
         from tinylm.cli import few_collections
 
         with few_collections():  # torch and Lightning, as the task imports them
+            import torch
+
             from tinylm.runs import job
-        original = job.main
+        original, threads = job.main, torch.get_num_threads()  # a run's threads=N sets the whole process's
 
         def noting(cfg):
             seen.append(Path(HydraConfig.get().runtime.output_dir))
@@ -158,6 +163,7 @@ def watching_job() -> Iterator[list[Path]]:
             return app()
         finally:
             job.main = original
+            torch.set_num_threads(threads)
 
     command.main = noting_app
     try:
