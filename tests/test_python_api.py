@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import GPT_RUN, TINY_TEXT, compose_config, entry_point, train_py
+from conftest import GPT_RUN, ROOT, TINY_TEXT, compose_config, entry_point, train_py
 
 import tinylm
 from tinylm.cli import quote_values
@@ -354,10 +356,11 @@ def test_train_twice_in_one_process_each_run_in_its_folder_logged_once(project):
     from hydra.core.global_hydra import GlobalHydra
 
     handlers, argv = logging.getLogger().handlers[:], sys.argv[:]
+    torch.set_num_threads(2)  # the runs' threads=1 is theirs
     first = tinylm.train(TRAIN)
-    second = tinylm.train([*TRAIN, "seed=2"])
+    second = tinylm.train(TRAIN)  # the same settings, maybe in the same second: a folder of its own all the same
     assert first.run_dir.parent == project / "outputs" / "runs" and second.run_dir.parent == first.run_dir.parent
-    assert first.run_dir != second.run_dir and "- seed=2" in (second.run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert first.run_dir != second.run_dir and torch.get_num_threads() == 2
     for run in (first, second):
         assert run.metrics == json.loads((run.run_dir / "metrics.json").read_text()) and run.metrics["steps"] == 10
         log = (run.run_dir / "train.log").read_text(encoding="utf-8")
@@ -392,3 +395,38 @@ def test_train_refuses_a_sweep_and_ctrl_c_is_keyboard_interrupt(project, monkeyp
     with pytest.raises(KeyboardInterrupt):
         tinylm.train(TRAIN)
     assert sys.argv == argv and not any((project / "outputs" / "runs").iterdir())
+
+
+# --------------------------------------------------------------------------------------------
+# docs/python.md
+
+
+GUIDE = ROOT / "docs" / "python.md"
+SHOWN_NUMBERS_RUN = '"outputs/runs/2026-12-02_06-00-00"'  # the guide's experiment=numbers_zh run
+
+
+def guide_blocks(page: Path = GUIDE) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_guide_s_python_blocks_compile_and_name_the_api_as_it_is():
+    blocks = guide_blocks()
+    assert len(blocks) >= 8 and any(SHOWN_NUMBERS_RUN in block for block in blocks)
+    for number, block in enumerate([*blocks, *guide_blocks(ROOT / "README.md")], 1):
+        compile(block, f"python block {number}", "exec")
+    names = set(re.findall(r"\btinylm\.(\w+)", GUIDE.read_text(encoding="utf-8")))
+    assert {name for name in names if not hasattr(tinylm, name)} <= {"explorer", "TinyLMError"} | {"api"}
+
+
+@pytest.mark.slow
+def test_the_guide_s_python_blocks_run_in_order(translation, project):
+    """Every block of docs/python.md, in one namespace, in a project holding a short run on the shipped corpus
+    (the guide's numbers_zh run: the random translation checkpoint); its training block trains for real."""
+    tinylm.train(["model.num_layers=2", "trainer.max_steps=20", "callbacks=minimal", "logger=none", "threads=1"])
+    namespace: dict = {}
+    for number, block in enumerate(guide_blocks(), 1):
+        code = compile(block.replace(SHOWN_NUMBERS_RUN, f'"{translation}"'), f"docs/python.md block {number}", "exec")
+        exec(code, namespace)  # noqa: S102
+    assert (project / "view.html").is_file() and namespace["run"].metrics["steps"] == 200
+    (readme,) = [block for block in guide_blocks(ROOT / "README.md") if "tinylm.load" in block]
+    exec(compile(readme, "README.md's python block", "exec"), {})  # noqa: S102
