@@ -97,7 +97,7 @@ def ablation_losses(probe: Probe, attentions: list, heads: list[Head], mode: str
     clean = probe.loss(positions)
     deltas = {}
     for head in heads:
-        with hooked(pre_hooks=ablated(attentions, [head], means)):
+        with hooked(ablated(attentions, [head], means)):
             deltas[head] = probe.loss(positions) - clean
     return deltas
 

@@ -1,13 +1,15 @@
-"""The machinery every experiment shares: PyTorch hooks that read or change a model while it runs.
+"""The machinery every experiment shares: hooks on a model's named hook points (``tinylm.models.hook_points``)
+that read or change it while it runs.
 
 Two places in a Transformer carry what the experiments look at (``LanguageModel.attention_layers``
-and ``residual_layers`` name them):
+and ``residual_layers`` name the modules that hold them):
 
-- the input of an attention layer's ``proj``: the heads' outputs side by side, (B, T, h * hs),
-  head ``j`` in columns ``j * hs .. (j + 1) * hs``. A forward pre-hook there zeroes a head
-  (ablation), replaces it by its mean, or by another run's values (patching);
-- a block's output, whose first element is the residual stream (B, T, C). A forward hook there
-  reads it (the logit lens) or replaces positions of it (patching).
+- an attention layer's ``hook_z``: each head's output (B, T, h, hs), head ``j`` at ``[:, :, j]``.
+  Replacing it there zeroes a head (ablation), sets it to its mean, or to another run's values
+  (patching); for an encoder-decoder the heads switched off are the cross-attention's
+  (``decoder.{l}.cross_attn.hook_z``);
+- a block's ``hook_resid_post``: the residual stream (B, T, C) after it. Reading it gives the logit
+  lens; replacing positions of it patches the stream.
 
 Every hook is removed when its ``with`` block ends, also on an error: the model is left as it was.
 """
@@ -20,99 +22,77 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
+from tinylm.models.hook_points import HookFn, HookPoint, recorded
+
 Head = tuple[int, int]  # (layer, head), both counted from 0
+Hooks = Iterable[tuple[HookPoint, HookFn]]  # (a hook point, fn(tensor, hook) -> a replacement or None)
 
 
 @contextmanager
-def hooked(pre_hooks: Iterable[tuple[nn.Module, Callable]] = (),
-           hooks: Iterable[tuple[nn.Module, Callable]] = ()) -> Iterator[None]:
-    """Forward pre-hooks and forward hooks ``(module, fn)`` in place for the ``with`` block."""
-    handles = [module.register_forward_pre_hook(fn) for module, fn in pre_hooks]
-    handles += [module.register_forward_hook(fn) for module, fn in hooks]
+def hooked(hooks: Hooks = ()) -> Iterator[None]:
+    """``(hook point, fn)`` pairs attached for the ``with`` block (``HookPoint.add_hook``), removed after it."""
+    handles = []
     try:
+        for point, fn in hooks:
+            handles.append(point.add_hook(fn))
         yield
     finally:
         for handle in handles:
             handle.remove()
 
 
-def head_columns(attention: nn.Module, head: int) -> slice:
-    """The columns of ``attention.proj``'s input (B, T, h * hs) that hold ``head``'s output."""
-    return slice(head * attention.head_size, (head + 1) * attention.head_size)
-
-
-def _replace_heads(replacements: list[tuple[slice, Callable[[torch.Tensor], torch.Tensor]]]):
-    """A pre-hook on ``proj``: (a head's columns, f(its current output (B, T, hs)) -> its new output)."""
-    def hook(module, args):
-        y = args[0].clone()  # (B, T, h * hs)
-        for columns, replace in replacements:
-            y[..., columns] = replace(y[..., columns])
-        return (y, *args[1:])
-    return hook
-
-
 def heads_replaced(attentions: list[nn.Module], heads: Iterable[Head],
-                   value: Callable[[int, int, torch.Tensor], torch.Tensor]):
-    """Pre-hooks on ``proj`` of ``attentions`` (one per layer) that put ``value(layer, head, y)`` in
-    place of each of ``heads``' outputs y (B, T, hs): for ``hooked(pre_hooks=...)``."""
-    by_layer: dict[int, list[tuple[slice, Callable]]] = {}
+                   value: Callable[[int, int, torch.Tensor], torch.Tensor]) -> list[tuple[HookPoint, HookFn]]:
+    """Hooks on the ``hook_z`` of ``attentions`` (one per layer) that put ``value(layer, head, z)`` in place of
+    each of ``heads``' outputs z (B, T, hs): for ``hooked``."""
+    by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
-        by_layer.setdefault(layer, []).append(
-            (head_columns(attentions[layer], head), lambda y, layer=layer, head=head: value(layer, head, y)))
-    return [(attentions[layer].proj, _replace_heads(replacements)) for layer, replacements in by_layer.items()]
+        by_layer.setdefault(layer, []).append(head)
+
+    def replacer(layer: int, indices: list[int]) -> HookFn:
+        def hook(z, hook):
+            z = z.clone()  # (B, T, h, hs)
+            for head in indices:
+                z[:, :, head] = value(layer, head, z[:, :, head])
+            return z
+        return hook
+    return [(attentions[layer].hook_z, replacer(layer, indices)) for layer, indices in by_layer.items()]
 
 
 def ablated(attentions: list[nn.Module], heads: Iterable[Head], means: list[torch.Tensor] | None = None):
-    """Pre-hooks switching ``heads`` off: their outputs zeroed, or with ``means`` (per layer, the
-    mean heads' outputs (h * hs,), from ``head_means``) set to that mean at every position."""
-    def value(layer, head, y):
+    """Hooks switching ``heads`` off: their outputs zeroed, or with ``means`` (per layer, the mean heads'
+    outputs (h, hs), from ``head_means``) set to that mean at every position."""
+    def value(layer, head, z):
         if means is None:
-            return torch.zeros_like(y)
-        return means[layer][head_columns(attentions[layer], head)].expand_as(y)
+            return torch.zeros_like(z)
+        return means[layer][head].expand_as(z)
     return heads_replaced(attentions, heads, value)
 
 
-def proj_inputs(attentions: list[nn.Module], run: Callable[[], object]) -> list[torch.Tensor]:
-    """Per layer, the heads' outputs (B, T, h * hs) that ``run()`` feeds into each ``proj``."""
-    seen: list[torch.Tensor | None] = [None] * len(attentions)
-
-    def keeper(layer):
-        def hook(module, args):
-            seen[layer] = args[0].detach()
-        return hook
-
-    with hooked(pre_hooks=[(a.proj, keeper(i)) for i, a in enumerate(attentions)]):
-        run()
-    return seen
+def head_outputs(attentions: list[nn.Module], run: Callable[[], object]) -> list[torch.Tensor]:
+    """Per layer, the heads' outputs (B, T, h, hs) ``run()`` reaches each ``hook_z`` with."""
+    return recorded([attention.hook_z for attention in attentions], run)
 
 
 def head_means(attentions: list[nn.Module], run: Callable[[], object]) -> list[torch.Tensor]:
-    """Per layer, the heads' outputs averaged over the batch and the positions of ``run()``: (h * hs,)."""
-    return [y.mean(dim=(0, 1)) for y in proj_inputs(attentions, run)]
+    """Per layer, the heads' outputs averaged over the batch and the positions of ``run()``: (h, hs)."""
+    # averaged as the heads side by side (B, T, h * hs), the tensor the output projection reads
+    return [z.reshape(*z.shape[:2], -1).mean(dim=(0, 1)).view(z.shape[2:]) for z in head_outputs(attentions, run)]
 
 
 def residuals(blocks: list[nn.Module], run: Callable[[], object]) -> list[torch.Tensor]:
-    """Per block, the residual stream (B, T, C) after it in ``run()``."""
-    seen: list[torch.Tensor | None] = [None] * len(blocks)
-
-    def keeper(layer):
-        def hook(module, args, output):
-            seen[layer] = output[0].detach()
-        return hook
-
-    with hooked(hooks=[(b, keeper(i)) for i, b in enumerate(blocks)]):
-        run()
-    return seen
+    """Per block, the residual stream (B, T, C) after it in ``run()``, read at its ``hook_resid_post``."""
+    return recorded([block.hook_resid_post for block in blocks], run)
 
 
-def residual_replaced(block: nn.Module, positions: slice | int, values: torch.Tensor):
-    """A forward hook on ``block`` putting ``values`` (B, P, C) in place of its residual stream at
-    ``positions``: for ``hooked(hooks=...)``."""
-    def hook(module, args, output):
-        x = output[0].clone()  # (B, T, C)
+def residual_replaced(block: nn.Module, positions: slice | int, values: torch.Tensor) -> tuple[HookPoint, HookFn]:
+    """A hook on ``block``'s ``hook_resid_post`` putting ``values`` (B, P, C) in place of the residual stream
+    at ``positions``: for ``hooked``."""
+    def hook(x, hook):
+        x = x.clone()  # (B, T, C)
         x[:, positions] = values
-        return (x, *output[1:])
-    return block, hook
+        return x
+    return block.hook_resid_post, hook
 
 
 def switchable(model: nn.Module) -> tuple[str, list[nn.Module]]:
@@ -146,7 +126,8 @@ def parse_heads(values, model: nn.Module) -> list[Head]:
 
 @contextmanager
 def heads_switched_off(model: nn.Module, values) -> Iterator[None]:
-    """``model`` with the heads ``values`` names (``parse_heads``) zeroed for the ``with`` block."""
+    """``model`` with the heads ``values`` names (``parse_heads``) zeroed at their ``hook_z`` for the ``with``
+    block."""
     heads = parse_heads(values or [], model)
-    with hooked(pre_hooks=ablated(switchable(model)[1], heads) if heads else ()):
+    with hooked(ablated(switchable(model)[1], heads) if heads else ()):
         yield

@@ -18,7 +18,7 @@ import math
 import torch
 
 from tinylm.analysis.heads import all_heads
-from tinylm.analysis.hooks import head_columns, heads_replaced, hooked, proj_inputs, residual_replaced, residuals
+from tinylm.analysis.hooks import head_outputs, heads_replaced, hooked, residual_replaced, residuals
 from tinylm.analysis.probe import Probe
 
 
@@ -27,17 +27,17 @@ def patched_residual_logits(corrupt: Probe, clean_streams: list[torch.Tensor], l
     """The corrupt probe's logits (B, T, V) with the residual stream after block ``layer`` at
     ``positions`` taken from ``clean_streams`` (per block (B, T, C), from ``residuals``)."""
     block = corrupt.model.residual_layers()[layer]
-    with hooked(hooks=[residual_replaced(block, positions, clean_streams[layer][:, positions])]):
+    with hooked([residual_replaced(block, positions, clean_streams[layer][:, positions])]):
         return corrupt.logits()
 
 
 def patched_head_logits(corrupt: Probe, attentions: list, clean_heads: list[torch.Tensor],
                         head: tuple[int, int]) -> torch.Tensor:
     """The corrupt probe's logits (B, T, V) with ``head``'s output taken from ``clean_heads`` (per
-    layer (B, T, h * hs), from ``proj_inputs``) at every position."""
-    def clean(layer, index, y):
-        return clean_heads[layer][..., head_columns(attentions[layer], index)]
-    with hooked(pre_hooks=heads_replaced(attentions, [head], clean)):
+    layer (B, T, h, hs), from ``head_outputs``) at every position."""
+    def clean(layer, index, z):
+        return clean_heads[layer][:, :, index]
+    with hooked(heads_replaced(attentions, [head], clean)):
         return corrupt.logits()
 
 
@@ -63,7 +63,7 @@ def patching(clean: Probe, corrupt: Probe, attention: str = "self") -> dict:
     residual = [[restored(patched_residual_logits(corrupt, streams, layer, t)) for t in range(streams[layer].size(1))]
                 for layer in range(len(streams))]
     attentions = model.attention_layers()[attention]
-    clean_heads = proj_inputs(attentions, clean.logits)
+    clean_heads = head_outputs(attentions, clean.logits)
     heads = [{"layer": layer, "head": head,
               "restored": restored(patched_head_logits(corrupt, attentions, clean_heads, (layer, head)))}
              for layer, head in all_heads(attentions)]

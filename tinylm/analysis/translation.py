@@ -67,7 +67,7 @@ def cross_head_table(model, pairs: list[tuple[list[int], list[int]]], ablation: 
     clean_loss, clean_exact = scores()
     rows = []
     for layer, head in all_heads(attentions):
-        with hooked(pre_hooks=ablated(attentions, [(layer, head)], means)):
+        with hooked(ablated(attentions, [(layer, head)], means)):
             loss, exact = scores()
         rows.append({"layer": layer, "head": head, "attention": "cross", "previous_token": None, "induction": None,
                      "entropy": entropy(cross[layer].float())[head].item(), "ablation_loss_delta": loss - clean_loss,
