@@ -283,7 +283,7 @@ def test_callback_config_groups():
     assert "attention_maps" not in one_off and "sample_text" in one_off
 
 
-def test_debug_shapes_prints_every_stage_of_one_batch(tmp_path):
+def test_debug_shapes_prints_every_hook_point_of_one_batch(tmp_path):
     run = tmp_path / "run"
     output = train_in_process(run, *TINY_MODEL, "model.num_layers=2", "debug=shapes")
     lines = output.splitlines()
@@ -295,12 +295,15 @@ def test_debug_shapes_prints_every_stage_of_one_batch(tmp_path):
     B, T, C, h, hs = 8, 16, 16, 2, 8
     V = len(set(default_corpus_path().read_text(encoding="utf-8")))
     assert f"({B}, {T})" in row("ids") and "(B, T)" in row("ids")
-    assert f"({B}, {T}, {C})" in row("token embedding")
-    assert f"({T}, {C})" in row("position embedding")
-    for layer in (0, 1):
-        assert f"({B}, {h}, {T}, {hs})" in row(f"block {layer} · q")
-        assert f"({B}, {h}, {T}, {T})" in row(f"block {layer} · scores")
-        assert "(B, h, T, T)" in row(f"block {layer} · scores")
+    assert f"({B}, {T}, {C})" in row("hook_embed") and "token embedding" in row("hook_embed")
+    assert f"({B}, {T}, {C})" in row("hook_pos_embed")
+    for layer in (0, 1):  # the hook points' names: what run_with_cache's cache and run_with_hooks take
+        assert f"({B}, {T}, {h}, {hs})" in row(f"blocks.{layer}.attn.hook_q") and "queries" in row(
+            f"blocks.{layer}.attn.hook_q")
+        assert f"({B}, {h}, {T}, {T})" in row(f"blocks.{layer}.attn.hook_attn_scores")
+        assert "(B, h, T, T)" in row(f"blocks.{layer}.attn.hook_pattern")
+        assert f"({B}, {T}, {4 * C})" in row(f"blocks.{layer}.mlp.hook_post")
+    assert f"({B}, {T}, {C})" in row("ln_final.hook_normalized")
     assert f"({B}, {T}, {V})" in row("logits")
     assert f"({B * T}, {V})" in row("loss input: logits")
     assert f"B (sequences per batch) = {B}" in output

@@ -28,7 +28,6 @@ from tinylm.generation.sampling import (
     stream_tokens,
 )
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.models.tracing import trace_shapes
 from tinylm.tokenizer import ByteTokenizer, CharTokenizer
 
 generate_cli = entry_point("generate.py")
@@ -93,14 +92,17 @@ def test_greedy_with_and_without_cache_is_identical_past_block_size(pos_encoding
 def test_cache_encodes_one_token_per_step_until_the_window_slides():
     model = tiny_model()
     prompt = torch.zeros(2, 5, dtype=torch.long)
-    with trace_shapes() as rows:
-        generate(model, prompt, 6, use_cache=True)
-    encoded = [shape for stage, shape in rows if stage == "ids"]
+
+    def encoded(use_cache: bool) -> list[tuple[int, int]]:
+        """(B, T) of the ids each forward pass embeds, read at the hook point ``hook_embed`` (B, T, C)."""
+        shapes = []
+        with model.hooks([("hook_embed", lambda x, hook: shapes.append(tuple(x.shape[:2])))]):
+            generate(model, prompt, 6, use_cache=use_cache)
+        return shapes
+
     # prompt, then one token per step while the text fits in block_size 8, then whole windows
-    assert encoded == [(2, 5), (2, 1), (2, 1), (2, 1), (2, 8), (2, 8)]
-    with trace_shapes() as rows:
-        generate(model, prompt, 6, use_cache=False)
-    assert [shape for stage, shape in rows if stage == "ids"] == [(2, 5), (2, 6), (2, 7), (2, 8), (2, 8), (2, 8)]
+    assert encoded(True) == [(2, 5), (2, 1), (2, 1), (2, 1), (2, 8), (2, 8)]
+    assert encoded(False) == [(2, 5), (2, 6), (2, 7), (2, 8), (2, 8), (2, 8)]
 
 
 def test_same_seed_samples_the_same_with_and_without_cache():

@@ -5,7 +5,6 @@ import torch
 
 from tinylm.models.gpt import GPT, GPTConfig
 from tinylm.models.positions import sinusoidal_table
-from tinylm.models.tracing import trace_shapes
 
 
 def reference_config(**kw):
@@ -120,19 +119,25 @@ def test_attention_weights_are_causal_probabilities():
         assert torch.all(w.triu(diagonal=1) == 0)
 
 
-def test_shape_trace_lists_every_stage():
-    model = GPT(reference_config(num_layers=2, attn_impl="explicit")).eval()
-    with trace_shapes() as rows:
-        model(torch.zeros(3, 32, dtype=torch.long), torch.zeros(3, 32, dtype=torch.long))
-    shapes = dict(rows)
-    assert shapes["ids"] == (3, 32)
-    assert shapes["token embedding"] == (3, 32, 64)
-    assert shapes["position embedding"] == (32, 64)
-    assert shapes["q"] == (3, 4, 32, 16)
-    assert shapes["scores"] == (3, 4, 32, 32)
+def test_shape_rows_list_every_hook_point_in_forward_order():
+    from tinylm.analysis.shapes import shape_rows
+
+    model = GPT(reference_config(num_layers=2))  # sdpa: the table still shows the (B, h, T, T) weights
+    ids = torch.zeros(3, 32, dtype=torch.long)
+    rows = shape_rows(model, (ids, ids))
+    shapes = {name: shape for name, shape, _, _ in rows}
+    dims = {name: dims for name, _, dims, _ in rows}
+    assert [name for name, *_ in rows][:4] == ["ids", "targets", "hook_embed", "hook_pos_embed"]
+    assert shapes["ids"] == (3, 32) and dims["ids"] == "B, T"
+    assert shapes["hook_embed"] == shapes["hook_pos_embed"] == (3, 32, 64)
+    assert shapes["blocks.1.attn.hook_q"] == (3, 32, 4, 16) and dims["blocks.1.attn.hook_q"] == "B, T, h, hs"
+    assert shapes["blocks.0.attn.hook_attn_scores"] == (3, 4, 32, 32)
+    assert shapes["blocks.0.mlp.hook_post"] == (3, 32, 256) and dims["blocks.0.mlp.hook_post"] == "B, T, 4C"
     assert shapes["logits"] == (3, 32, 73)
     assert shapes["loss input: logits"] == (96, 73)
-    assert [name for name, _ in rows].count("block output") == 2
+    assert [name for name, *_ in rows].count("blocks.1.hook_resid_post") == 1
+    assert len(rows) == 2 + len(model.hook_points()) + 3  # ids, targets; every point once; logits, loss inputs
+    assert model.training  # its own mode back
 
 
 def test_too_long_input_is_refused():
@@ -181,7 +186,7 @@ def test_training_attention_equals_the_textbook_formula_with_the_same_masks():
     attn = CausalSelfAttention(64, 4, dropout=0.2, block_size=32, rope=False, impl="sdpa").train()
     x = torch.randn(3, 20, 64, requires_grad=True)
     torch.manual_seed(1)
-    fast, _ = attn(x)
+    fast = attn(x)
 
     torch.manual_seed(1)  # the same random draws, in the same order
     B, T, C = x.shape

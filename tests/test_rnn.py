@@ -69,13 +69,12 @@ def tiny_rnn(arch: str) -> RNNLanguageModel:
 def test_hidden_state_cache_matches_rereading_the_whole_text(arch):
     model = tiny_rnn(arch)
     prompt = torch.randint(11, (3, 5), generator=torch.Generator().manual_seed(2))
-    read = []
-    hook = model.token_embedding.register_forward_hook(lambda m, args, out: read.append(tuple(args[0].shape)))
-    cached = generate(model, prompt, 30, temperature=0, use_cache=True)
-    assert read == [(3, 5)] + [(3, 1)] * 29  # one new token per step, long past block_size 8
-    read.clear()
-    reference = generate(model, prompt, 30, temperature=0, use_cache=False)
-    hook.remove()
+    read = []  # (B, T) of the ids each forward pass embeds, read at hook_embed (B, T, E)
+    with model.hooks([("hook_embed", lambda x, hook: read.append(tuple(x.shape[:2])))]):
+        cached = generate(model, prompt, 30, temperature=0, use_cache=True)
+        assert read == [(3, 5)] + [(3, 1)] * 29  # one new token per step, long past block_size 8
+        read.clear()
+        reference = generate(model, prompt, 30, temperature=0, use_cache=False)
     assert read == [(3, n) for n in range(5, 35)]  # no window: the reference reads every token
     assert torch.equal(cached, reference)
     assert len(cached[:, 5:].unique()) >= 4

@@ -1,32 +1,30 @@
-"""``ShapeTrace`` (``debug=shapes``): the shape of every stage of one forward pass, printed."""
+"""``ShapeTrace`` (``debug=shapes``): the shape of every hook point one forward pass reaches, printed."""
 
 from __future__ import annotations
 
 import lightning as L
 
+from tinylm.analysis.shapes import shape_table
 from tinylm.callbacks.inspector import guarded
-from tinylm.models.base import eval_no_grad
-from tinylm.models.tracing import shape_table, trace_shapes
 
 
 class ShapeTrace(L.Callback):
-    """Print the shape of every stage of the forward pass for the first training batch.
+    """Print the shape of every hook point of the forward pass for the first training batch.
 
-    While tracing, attention takes its explicit path, so the (B, h, T, T) scores appear even when
-    the model trains with SDPA. The legend names the model's own dimensions (``dimensions()``).
+    The rows come from ``model.run_with_cache`` (``tinylm.analysis.shapes``): a hook on the attention
+    weights makes even a model that trains with SDPA write its (B, h, T, T) scores out. The legend
+    names the model's own dimensions (``dimensions()``).
     """
 
     def __init__(self):
         self.done = False
 
     def print_trace(self, module, batch) -> None:
-        x, y = batch  # (B, T) each
         model = module.model
-        with trace_shapes() as rows, eval_no_grad(model):
-            model(x, y)
-        sizes = {"B (sequences per batch)": x.size(0), "T (positions)": x.size(1), **model.dimensions()}
-        print(f"\nforward pass of one batch, {model.config.num_layers} block(s):\n")
-        print(shape_table(rows, sizes), flush=True)
+        table = shape_table(model, tuple(batch))  # (ids, targets), or (source, target, targets)
+        print(f"\nforward pass of one batch, every hook point in the order it is reached "
+              f"({len(model.hook_points())}: model.hook_points()):\n")
+        print(table, flush=True)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.done or not trainer.is_global_zero:
