@@ -10,6 +10,7 @@ from builders import ARCHITECTURES
 from tinylm.models import build_model, model_config_problems
 from tinylm.models.base import Decoder, EncoderDecoder, LanguageModel, eval_no_grad
 from tinylm.models.gpt import GPTConfig
+from tinylm.models.hook_points import ActivationCache, keeper
 from tinylm.models.rnn import RNNConfig
 from tinylm.models.seq2seq import PAD_ID, Seq2SeqConfig
 from tinylm.runs.resume import shape_keys
@@ -92,28 +93,37 @@ def test_a_decoder_continues_with_a_cache_and_shows_its_attention(arch):
 
 
 def test_attention_maps_leave_the_default_run_alone():
-    """The weights come from a run of their own: the SDPA forward gives the same logits before and
-    after, and the maps are those of the explicit attention."""
+    """The weights are read at each layer's hook_pattern: the SDPA forward gives the same logits before,
+    during and after, and the maps are the explicit attention's (bit for bit in the first layer; later
+    layers read SDPA's output, equal to the explicit one's within rounding)."""
     model = tiny("gpt", dropout=0.0)
     sdpa_explicit = tiny("gpt", dropout=0.0, attn_impl="explicit")
     x = ids(B, T)
     before = model(x, x)[0]
     maps = model.attention_maps(x)
+    during, cache = model.run_with_cache(x, x)
     after = model(x, x)[0]
-    assert torch.equal(before, after)
-    for mine, reference in zip(maps, sdpa_explicit.attention_maps(x), strict=True):
-        assert torch.equal(mine, reference)
+    assert torch.equal(before, after) and torch.equal(before, during[0])
+    reference = sdpa_explicit.attention_maps(x)
+    assert torch.equal(maps[0], reference[0])
+    for layer, (mine, theirs) in enumerate(zip(maps, reference, strict=True)):
+        assert torch.allclose(mine, theirs, atol=1e-6)
+        assert torch.equal(mine, cache["pattern", layer])
 
 
 def test_an_encoder_decoder_encodes_once_and_decodes_against_it():
     model = tiny("seq2seq")
     src, tgt = ids(B, S), ids(B, T)
     src[1, 3:] = PAD_ID  # the second source is shorter
+    seen = ActivationCache()
     with torch.no_grad():
         memory = model.encode(src)
-        logits, self_weights, cross_weights = model.decode(tgt, memory)
+        with model.hooks([(lambda name: name.endswith("hook_pattern"), keeper(seen))]):  # the weights
+            logits = model.decode(tgt, memory)
         cache = model.new_cache(B)
-        steps = [model.decode(tgt[:, t : t + 1], memory, cache)[0] for t in range(T)]
+        steps = [model.decode(tgt[:, t : t + 1], memory, cache) for t in range(T)]
+    self_weights = [seen[f"decoder.{layer}.self_attn.hook_pattern"] for layer in range(2)]
+    cross_weights = [seen[f"decoder.{layer}.cross_attn.hook_pattern"] for layer in range(2)]
     assert torch.allclose(logits, model(src, tgt)[0])
     assert torch.allclose(torch.cat(steps, dim=1), logits, atol=1e-5)
     assert [w.shape for w in self_weights] == [(B, 2, T, T)] * 2

@@ -82,9 +82,9 @@ def test_cache_equals_no_cache():
     tgt = torch.tensor([[BEGIN_ID, 6, 7, 8, 9], [BEGIN_ID, 10, 11, 12, 3]])
     with torch.no_grad():
         memory = model.encode(src)
-        full = model.decode(tgt, memory)[0]  # (2, 5, V)
+        full = model.decode(tgt, memory)  # (2, 5, V)
         cache = model.new_cache(2)
-        steps = [model.decode(tgt[:, t : t + 1], memory, cache)[0] for t in range(tgt.size(1))]
+        steps = [model.decode(tgt[:, t : t + 1], memory, cache) for t in range(tgt.size(1))]
     assert cache.length == 5
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
     assert translate(model, src) == translate(model, src, use_cache=False)
