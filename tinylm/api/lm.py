@@ -106,22 +106,16 @@ class LM:
     def inputs(self, text: str, target: str | None = None) -> tuple[torch.Tensor, ...]:
         """What the model's forward takes for ``text``: its ids (1, T); an encoder-decoder's source ids (1, S) and
         target (1, T): BEGIN + ``target``, or BEGIN + its greedy translation of the source when None."""
-        from tinylm.models.seq2seq import BEGIN_ID
-
         ids = self.to_tokens(text)
         if not is_encoder_decoder(self.model):
             if target is not None:
                 raise TinyLMError(f"target= is an encoder-decoder's target text, and this is a "
                                   f"{self.model.config.arch} model, which reads one text: pass the whole text")
             return (ids,)
-        if target is None:
-            from tinylm.tasks.translation.decoding import translate
+        from tinylm.api.translation import decoder_input
 
-            written = translate(self.model, ids)[0]
-        else:
-            written = self.to_tokens(target)[0].tolist() if target else []
-        written = written[: self.model.config.block_size - 1]  # room for BEGIN in front
-        return ids, torch.tensor([[BEGIN_ID, *written]], dtype=torch.long, device=self.device)
+        written = None if target is None else self.to_tokens(target)[0].tolist() if target else []
+        return ids, decoder_input(self.model, ids, written)
 
     def run_with_cache(self, text: str, names_filter=None, target: str | None = None):
         """``logits, cache``: the logits (1, T, V) of one forward pass over ``text`` (what ``model(ids)`` gives),
@@ -166,7 +160,9 @@ class LM:
                     "use_cache": use_cache}
         with heads_switched_off(self.model, ablate):
             if self.task == "translation":
-                return self._translations(prompt, unknown, beam_size, sampling)
+                from tinylm.api.translation import translations
+
+                return translations(self.model, self.tokenizer, prompt, unknown, beam_size, **sampling)
             from tinylm.generation.prompting import encode_prompt
             from tinylm.generation.sampling import stream_text
 
@@ -174,17 +170,6 @@ class LM:
             shown = self.tokenizer.decode(prompt_ids) if prompt else ""  # an empty prompt starts unseen (print_samples)
             return shown + "".join(stream_text(self.model, self.tokenizer, prompt_ids, max_new_tokens, stop=stop,
                                                **sampling))
-
-    def _translations(self, text: str, unknown: str, beam_size: int, sampling: dict) -> str:
-        """One translation per line of ``text``, as ``TranslationTask.generate`` prints them."""
-        from tinylm.tasks.translation.decoding import translate_lines
-
-        if not text:
-            raise TinyLMError("nothing to translate: pass the source text, one source a line")
-        sources = text.split("\n")
-        if len(sources) > 1 and sources[-1] == "":  # a final newline ends the last line
-            sources.pop()
-        return "\n".join(translate_lines(self.model, self.tokenizer, sources, unknown, beam_size, **sampling))
 
     def translate(self, source: str, beam_size: int = 1, temperature: float = 0.0, **settings) -> str:
         """A translation checkpoint's translation of each line of ``source``, greedy by default (``generate``'s
@@ -199,7 +184,6 @@ class LM:
         block_size starting every ``stride`` tokens (None: block_size // 2). A text of at most block_size tokens,
         which ``evaluate.py`` refuses, is one window: each of its tokens after the first, predicted."""
         from tinylm.commands.options import EVALUATE
-        from tinylm.tasks.text.task import text_ids
 
         if self.task != "text":
             raise TinyLMError(f"{self._name()} translates source<TAB>target pairs, and lm.score scores a text: score "
@@ -207,14 +191,14 @@ class LM:
         check_options({"split": "all", "stride": stride, "batch_size": batch_size, "threads": None}, EVALUATE)
         if not text:
             raise TinyLMError("the text is empty: pass a text to score")
-        ids = text_ids(self.tokenizer, text, SCORED)
+        if self.tokenizer.unknown(text):
+            self._evaluated(text, stride, batch_size)  # raises evaluate.py's line for them
+        ids = torch.tensor(self.tokenizer.encode(text))
         if len(ids) < 2:
             raise TinyLMError("the text is 1 token long: scoring predicts each token after the first, "
                               "pass a longer text")
-        if len(ids) > self.model.config.block_size:
-            scores = self._evaluated(text, stride, batch_size)
-        else:
-            scores = self._one_window(ids)
+        scores = self._evaluated(text, stride, batch_size) if len(ids) > self.model.config.block_size \
+            else self._one_window(ids)
         return {"loss": scores["loss"], "bits_per_char": bits_per_char(scores["loss"], len(text) / len(ids)),
                 "tokens": scores["tokens"]}
 
