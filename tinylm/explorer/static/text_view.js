@@ -10,12 +10,13 @@ const TOP_K = 5;
 const TYPING_MS = 250;
 
 /** The view for one run, on the text typed for it, else its own probe text (run.text, made of its vocabulary);
- * `app.firstMap()` is called once the first attention map is on the page. */
+ * `app.firstMap()` is called once the first attention map is on the page. A saved view (page.js) sets
+ * `app.fixedText` (why its text cannot change: the box is read-only) and `app.off` (the heads it opens with off). */
 export function textView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.text ?? "", selected: [0, 0], off: new Set(),
+  const state = { text: app.texts.get(run.name) ?? run.text ?? "", selected: [0, 0], off: new Set(app.off ?? []),
     query: null, gen: 0, pgen: 0 };
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
-    "aria-label": "your text", placeholder: "Type any text" });
+    "aria-label": "your text", placeholder: "Type any text", readonly: Boolean(app.fixedText), title: app.fixedText });
   input.value = state.text;
   const count = h("span", { class: "tokcount muted" });
   const strip = h("div", { class: "strip" });
@@ -72,7 +73,7 @@ export function textView(run, app) {
       if (stale()) return;
       attentionBox.classList.remove("stale");
       attention = null;
-      put(attentionBox, message("error", e.message));
+      put(attentionBox, failed(e));
       put(linesBox, message("note", "No attention to show."));
     }
   }
@@ -90,7 +91,7 @@ export function textView(run, app) {
       predictionTable(base, ablated));
       if (!attention) put(count, `· ${base.tokens.length} tokens`);
     } catch (e) {
-      if (!stale()) put(predsBox, message("error", e.message));
+      if (!stale()) put(predsBox, failed(e));
     }
   }
 
@@ -104,11 +105,12 @@ export function textView(run, app) {
     } catch (e) {
       if (!stale()) {
         lensBox.classList.remove("stale");
-        put(lensBox, message("error", e.message));
+        put(lensBox, failed(e));
       }
     }
   }
 
+  const failed = (e) => message(e.note ? "note" : "error", e.message); // a note: an answer a saved view lacks
   const offList = () => [...state.off].sort().join(","); // the heads switched off, as ablate= takes them
 
   function drawSwitches() {

@@ -7,11 +7,12 @@ import { debounce, h, message, put, tokenBox } from "./dom.js";
 
 const TYPING_MS = 250;
 
-/** The view for one translation run, on the source typed for it, else the run's own example source (run.text). */
+/** The view for one translation run, on the source typed for it, else the run's own example source (run.text);
+ * read-only in a saved view (`app.fixedText` says why). */
 export function translationView(run, app) {
   const state = { text: app.texts.get(run.name) ?? run.text ?? "", selected: [0, 0], gen: 0, answer: null };
   const input = h("textarea", { class: "textin", rows: 1, maxlength: 4096, spellcheck: "false",
-    "aria-label": "source text", placeholder: "Type a source text" });
+    "aria-label": "source text", placeholder: "Type a source text", readonly: Boolean(app.fixedText), title: app.fixedText });
   input.value = state.text;
   const result = h("div", { class: "translation" });
   const grid = h("div", { class: "card-body" });
