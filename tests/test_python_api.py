@@ -221,6 +221,8 @@ def test_run_with_cache_logits_equal_the_forward_and_the_cache_holds_every_hook_
     assert set(cache) == set(lm.hook_names) == set(lm.hook_points()) and list(cache)[0] == "hook_embed"
     assert {"hook_embed", "blocks.0.attn.hook_z", "blocks.1.hook_resid_post", "ln_final.hook_normalized"} <= set(cache)
     assert cache["blocks.0.attn.hook_q"].shape == (1, 6, 2, 8) and cache["blocks.0.mlp.hook_post"].shape == (1, 6, 64)
+    assert torch.equal(lm.run_with_cache(ids)[0], expected)  # ids instead of a text
+    assert torch.equal(lm.run_with_hooks(ids[0].tolist()), expected)
     _, some = lm.run_with_cache("自注意力可以", names_filter=lambda name: name.endswith("hook_pattern"))
     assert list(some) == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
 

@@ -103,10 +103,15 @@ class LM:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def inputs(self, text: str, target: str | None = None) -> tuple[torch.Tensor, ...]:
-        """What the model's forward takes for ``text``: its ids (1, T); an encoder-decoder's source ids (1, S) and
-        target (1, T): BEGIN + ``target``, or BEGIN + its greedy translation of the source when None."""
-        ids = self.to_tokens(text)
+    def inputs(self, text, target: str | None = None) -> tuple[torch.Tensor, ...]:
+        """What the model's forward takes for ``text``: its ids (1, T) (ids given instead of a text, (T,) or (B, T),
+        are taken as they are); an encoder-decoder's source ids (1, S) and target (1, T): BEGIN + ``target``, or
+        BEGIN + its greedy translation of the source when None."""
+        if isinstance(text, str):
+            ids = self.to_tokens(text)
+        else:
+            ids = torch.as_tensor(text, dtype=torch.long, device=self.device)
+            ids = ids[None] if ids.dim() == 1 else ids
         if not is_encoder_decoder(self.model):
             if target is not None:
                 raise TinyLMError(f"target= is an encoder-decoder's target text, and this is a "
