@@ -135,7 +135,8 @@ class Page:
         """The page scrolled so that ``selector`` (in the view, or the iframe itself) is near the top."""
         self.js(f"""(el => {{
             const top = (frame ? frame.getBoundingClientRect().top : 0) + el.getBoundingClientRect().top;
-            window.scrollBy(0, top - 8);
+            const header = frame ? 0 : doc.querySelector('header')?.offsetHeight || 0; // sticky, over the page
+            window.scrollBy(0, top - 8 - header);
         }})($({json.dumps(selector)}))""")
 
 
@@ -247,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             if loaded.task == "translation":
                 view = standalone.translation_view(loaded, args.text)
                 cell = scratch / "notebook.html"
-                cell.write_text(notebook_page([view], ["lm.show(source)"]), encoding="utf-8")
+                source = json.dumps(view.data["run"]["text"], ensure_ascii=False)
+                cell.write_text(notebook_page([view], [f"lm.show({source})"]), encoding="utf-8")
                 results.append(shoot(browser, cell.as_uri(), 0, show_translation,
                                      args.out / "notebook-translation.png", args.width, args.height))
             else:
