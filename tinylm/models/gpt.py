@@ -260,7 +260,8 @@ class GPT(Decoder):
         if config.tied_head:  # ... unless tied: one (V, C) matrix embeds the tokens and scores them
             self.lm_head.weight = self.token_embedding.weight
         self.hook_embed = HookPoint()  # (B, T, C)
-        self.hook_pos_embed = HookPoint()  # (B, T, C): the same (T, C) rows for every sequence
+        if self.position_embedding is not None:
+            self.hook_pos_embed = HookPoint()  # (B, T, C): the same (T, C) rows for every sequence
         self.apply(self._init_weights)
 
     @staticmethod

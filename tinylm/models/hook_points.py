@@ -51,10 +51,13 @@ class HookPoint(nn.Module):
         return self.register_forward_hook(hook)
 
     def passed(self, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        """``x`` through the point, and whether a hook replaced it or edited it in place."""
-        version = x._version
+        """``x`` through the point, and whether a hook replaced it or edited it in place (an edit in place
+        is seen by the tensor's version counter, which tensors made under ``torch.inference_mode`` lack:
+        there a hook that edits must return the tensor)."""
+        inference = x.is_inference()
+        version = None if inference else x._version
         out = self(x)
-        return out, out is not x or out._version != version
+        return out, out is not x or (not inference and out._version != version)
 
     def __repr__(self) -> str:
         return f"HookPoint({self.name!r})"

@@ -185,27 +185,27 @@ class Seq2Seq(EncoderDecoder):
         self.decoder = nn.ModuleList(DecoderBlock(config) for _ in range(config.decoder_layers))
         self.ln_f = LayerNorm(config.n_embd)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
-        self.hook_src_embed, self.hook_src_pos_embed = HookPoint(), HookPoint()  # (B, S, C) each
-        self.hook_tgt_embed, self.hook_tgt_pos_embed = HookPoint(), HookPoint()  # (B, T, C) each
+        self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()  # (B, S, C), (B, T, C)
+        if self.position_embedding is not None:
+            self.hook_src_pos_embed, self.hook_tgt_pos_embed = HookPoint(), HookPoint()  # (B, S, C), (B, T, C)
         self.apply(GPT._init_weights)
 
-    def embed(self, idx: torch.Tensor, hooks: tuple[HookPoint, HookPoint], start: int = 0) -> torch.Tensor:
+    def embed(self, idx: torch.Tensor, side: str, start: int = 0) -> torch.Tensor:
         """ids (B, L) at positions start .. start+L-1 -> token + position embedding (B, L, C), each part
-        through its side's hook point."""
+        through its side's hook point (``side``: "src" or "tgt")."""
         B, L = idx.shape
         if start + L > self.config.block_size:
             raise ValueError(f"sequence of {start + L} tokens is longer than block_size={self.config.block_size}")
-        hook_embed, hook_pos_embed = hooks
-        x = hook_embed(self.token_embedding(idx))  # (B, L, C)
+        x = getattr(self, f"hook_{side}_embed")(self.token_embedding(idx))  # (B, L, C)
         if self.position_embedding is not None:
             pos = self.position_embedding(torch.arange(start, start + L, device=idx.device))  # (L, C)
-            x = x + hook_pos_embed(pos.expand(B, L, -1))  # (B, L, C)
+            x = x + getattr(self, f"hook_{side}_pos_embed")(pos.expand(B, L, -1))  # (B, L, C)
         return self.drop(x)
 
     def encode(self, src: torch.Tensor) -> Memory:
         """Source ids (B, S), padded with PAD_ID at the end -> what the decoder reads of them."""
         pad_bias = padding_bias(src, self.config.num_heads)  # (B*h, 1, S)
-        x = self.embed(src, (self.hook_src_embed, self.hook_src_pos_embed))  # (B, S, C)
+        x = self.embed(src, "src")  # (B, S, C)
         for block in self.encoder:
             x = block(x, pad_bias)  # (B, S, C)
         memory = self.ln_memory(x)  # (B, S, C)
@@ -219,7 +219,7 @@ class Seq2Seq(EncoderDecoder):
         logits of the last position only, (B, 1, V).
         """
         start = cache.length if cache is not None else 0
-        x = self.embed(tgt, (self.hook_tgt_embed, self.hook_tgt_pos_embed), start)  # (B, T, C)
+        x = self.embed(tgt, "tgt", start)  # (B, T, C)
         for block, memory_kv in zip(self.decoder, memory.keys_values, strict=True):
             x = block(x, memory_kv, memory.pad_bias, cache is not None)  # (B, T, C)
         if last_only:
