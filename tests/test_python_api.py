@@ -81,7 +81,7 @@ def test_import_tinylm_imports_no_torch_and_its_names_come_on_first_use(tmp_path
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "TINYLM_ROOT": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("invalid config: model.n_embd=65 is not divisible by model.num_heads=4")
+    assert proc.stdout.startswith("error: invalid config: model.n_embd=65 is not divisible by model.num_heads=4")
     from tinylm.models.gpt import GPT, GPTConfig
     from tinylm.models.rnn import RNNConfig, RNNLanguageModel
     from tinylm.models.seq2seq import Seq2Seq, Seq2SeqConfig
@@ -379,7 +379,7 @@ def test_a_bad_override_is_the_error_line_of_train_py_and_makes_no_folder(projec
     with pytest.raises(TinyLMError) as info:
         tinylm.train([*TRAIN, override])
     said = train_py(*TRAIN, override, check=False)
-    assert said.returncode == 1 and said.stderr.strip() == f"error: {info.value}"
+    assert said.returncode == 1 and said.stderr.strip() == str(info.value)
     assert not (project / "outputs" / "runs").exists() or not any((project / "outputs" / "runs").iterdir())
 
 

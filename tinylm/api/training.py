@@ -6,7 +6,8 @@ exactly the command's. Around it, this process is left as it was: ``sys.argv``, 
 job logging installs (closed, so a second run logs once, into its own ``train.log``), the signal handlers, torch's
 thread count and Hydra's global state (so it can run again). What the command would end with:
 
-- an ``error: LINE`` (a misspelled key, a bad value, a refused resume): ``TinyLMError(LINE)``, nothing trained;
+- an ``error: ...`` line (a misspelled key, a bad value, a refused resume): ``TinyLMError`` with that very line as
+  its message, nothing trained;
 - Ctrl-C (before training: nothing saved; during it: its last checkpoint saved): ``KeyboardInterrupt``;
 - an exception of Hydra or of training itself: that exception (``HYDRA_FULL_ERROR``), not a summary of it.
 
@@ -89,7 +90,7 @@ def ending(exit: SystemExit) -> None:
     """The command's exit as Python sees it from a library call (see the module's docstring)."""
     code = exit.code
     if isinstance(code, str) and code.startswith("error: "):
-        raise TinyLMError(code.removeprefix("error: ")) from None
+        raise TinyLMError(code) from None  # the line itself, "error: ..." as the command prints it
     if code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt from None
     if code not in (None, 0):
