@@ -335,6 +335,8 @@ def test_show_hands_the_checkpoint_to_the_standalone_views(lm, translation, monk
     monkeypatch.setattr(tinylm.explorer, "standalone", fake, raising=False)
     assert lm.show("自注意力", layer=1) == "text_view" and lm.show_heads() == "heads_view"
     assert tinylm.load(translation).show("三千") == "translation_view"
+    with pytest.raises(TinyLMError, match=r"^show: a translation model's view takes only the source text, not ablate"):
+        tinylm.load(translation).show("三千", ablate=["0.0"])
     assert calls[0] == ("text_view", (lm.loaded, "自注意力"), {"layer": 1}) and calls[1][1] == (lm.loaded,)
 
 

@@ -235,7 +235,10 @@ class LM:
         from tinylm.explorer import standalone
 
         if self.task == "translation":
-            return standalone.translation_view(self.loaded, text, **settings)
+            if settings:
+                raise TinyLMError(f"show: a translation model's view takes only the source text, not "
+                                  f"{', '.join(settings)}: lm.show(source)")
+            return standalone.translation_view(self.loaded, text)
         return standalone.text_view(self.loaded, text, **settings)
 
     def show_heads(self, **settings):
