@@ -7,8 +7,9 @@ The other commit is checked out in a temporary git worktree. Each round runs one
 checkout, in turns (so both see the same machine load); a worker trains the reference GPT (V=73,
 B=32, T=32, n_embd 64, 4 heads, 4 layers, dropout 0.1, AdamW lr 1e-3, seed 1337) on fixed random
 batches with the plain loop (forward, backward, optimizer step: what Lightning's step wraps) and
-times the eval forward (SDPA) too. The best round of each counts. It prints ms per step, the
-ratio of this checkout to the other, and whether the weights after the timed steps are the same bit
+times the eval forward (SDPA) too. It prints the best round's ms per step of each, the ratio of
+the two bests and the median of each round's ratio (the two runs of a round are neighbours in time,
+so a busy moment of the machine touches both), and whether the weights after the timed steps are the same bit
 for bit (same machine, same code path: they must be).
 """
 
@@ -18,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,8 +102,10 @@ def main() -> None:
     best = {name: {key: min(r[key] for r in rows) for key in ("train_ms", "eval_ms")} for name, rows in results.items()}
     for key, what in (("train_ms", "training step (fwd+bwd+AdamW)"), ("eval_ms", "eval forward (SDPA)")):
         ratio = best["this"][key] / best["other"][key]
+        # each round's two runs are neighbours in time: the median of their ratios shrugs off a busy moment
+        paired = statistics.median(t[key] / o[key] for t, o in zip(results["this"], results["other"], strict=True))
         print(f"{what:32s} this {best['this'][key]:7.3f} ms   {args.against} {best['other'][key]:7.3f} ms   "
-              f"ratio {ratio:.3f}")
+              f"ratio of the best {ratio:.3f}, median of the rounds' ratios {paired:.3f}")
     same = {r["weights"] for r in results["this"]} == {r["weights"] for r in results["other"]}
     print(f"weights after the timed steps: {'bit-identical' if same else 'DIFFERENT'} "
           f"({results['this'][0]['weights']} vs {results['other'][0]['weights']})")

@@ -263,6 +263,7 @@ class GPT(Decoder):
         if self.position_embedding is not None:
             self.hook_pos_embed = HookPoint()  # (B, T, C): the same (T, C) rows for every sequence
         self.apply(self._init_weights)
+        self.hook_points()  # named, and quick to reach (tinylm.models.hook_points.named_hook_points)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

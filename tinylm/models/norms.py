@@ -20,9 +20,10 @@ class _Hooked:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = super().forward(x)  # (..., C), PyTorch's fused kernel
-        if not self.hook_normalized.active:
+        hook = self._modules["hook_normalized"]  # (the attribute lookup of a submodule is slow Python)
+        if not hook.active:
             return out
-        normalized, changed = self.hook_normalized.passed(self.normalize(x))  # (..., C), no gain
+        normalized, changed = hook.passed(self.normalize(x))  # (..., C), no gain
         return self.affine(normalized) if changed else out
 
 

@@ -72,6 +72,7 @@ class RNNLanguageModel(Decoder):
         nn.init.zeros_(self.lm_head.bias)
         self.hook_embed = HookPoint()  # (B, T, E)
         self.hook_rnn_out = HookPoint()  # (B, T, H)
+        self.hook_points()  # named, and quick to reach (tinylm.models.hook_points.named_hook_points)
 
     def forward(self, idx, targets=None, cache: RNNState | None = None, last_only=False):
         """idx (B, T) -> (logits (B, T, V), loss or None); see ``Decoder``.

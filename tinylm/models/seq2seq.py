@@ -189,6 +189,7 @@ class Seq2Seq(EncoderDecoder):
         if self.position_embedding is not None:
             self.hook_src_pos_embed, self.hook_tgt_pos_embed = HookPoint(), HookPoint()  # (B, S, C), (B, T, C)
         self.apply(GPT._init_weights)
+        self.hook_points()  # named, and quick to reach (tinylm.models.hook_points.named_hook_points)
 
     def embed(self, idx: torch.Tensor, side: str, start: int = 0) -> torch.Tensor:
         """ids (B, L) at positions start .. start+L-1 -> token + position embedding (B, L, C), each part
