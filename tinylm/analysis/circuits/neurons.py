@@ -1,0 +1,68 @@
+"""What each MLP neuron responds to and what it writes.
+
+A neuron n of layer l is column n of the MLP's hidden layer: its activation is read at the hook point
+``blocks.<l>.mlp.hook_post`` (after the ReLU, or relu² with activation=relu2). ``examples``: the k positions
+of a text where it is largest, each with the character there, the ``context`` characters before it and it
+(the window the model read last), and the activation. ``pushes``: the characters its output raises most,
+W_out[:, n] (the MLP proj's column, what one unit of activation adds to the stream) centred and scaled by
+the final norm's gain (as the OV circuits are: the stream's scale taken as 1, the output bias left out)
+and read by the output head.
+
+A text longer than the model reads at once is read in windows of block_size, one after another.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tinylm.analysis.circuits import parts as P
+from tinylm.models.base import eval_no_grad
+
+PUSHES = 5
+
+
+def activations(model, ids: list[int]) -> list[torch.Tensor]:
+    """Per layer, every neuron's activation at every position of ``ids``: (T, N)."""
+    blocks = model.residual_layers()
+    names = [P.hook_name(model, block.ffwd.hook_post) for block in blocks]
+    window = model.config.block_size
+    device = model.token_embeddings().device
+    pieces = [[] for _ in blocks]
+    for start in range(0, len(ids), window):
+        chunk = torch.tensor(ids[start : start + window], device=device)[None]
+        with eval_no_grad(model):
+            _, cache = model.run_with_cache(chunk, names_filter=lambda name: name in names)
+        for layer, name in enumerate(names):
+            pieces[layer].append(cache[name][0].float().cpu())
+    return [torch.cat(chunks) for chunks in pieces]
+
+
+def pushes(model, layer: int, tokenizer, top: int = PUSHES) -> list[list[dict]]:
+    """Per neuron of ``layer``, the ``top`` characters its output raises most, with the logit per unit."""
+    block = model.residual_layers()[layer]
+    final = P.final_norm(model)
+    W_out = block.ffwd.proj.weight.detach().float().T  # (N, C): row n is what neuron n writes
+    W_U, _ = P.unembed(model)
+    logits = (P.center(W_out, final) * P.gain(final)) @ W_U.T  # (N, V)
+    values, chars = logits.topk(min(top, logits.size(1)), dim=1)
+    return [[{"char": tokenizer.decode_piece([c]), "logit": float(x)} for x, c in zip(vs, cs, strict=True)]
+            for vs, cs in zip(values.tolist(), chars.tolist(), strict=True)]
+
+
+def neuron_examples(model, tokenizer, ids: list[int], k: int = 5, context: int = 8) -> dict:
+    """``neurons.json``: per layer, per neuron its top-``k`` positions of ``ids`` and its pushes."""
+    P.require_heads(model)
+    text = P.pieces(tokenizer, ids)
+    layers = []
+    for layer, acts in enumerate(activations(model, ids)):
+        top = min(k, acts.size(0))
+        values, where = acts.topk(top, dim=0)  # (top, N) each
+        pushed = pushes(model, layer, tokenizer)
+        neurons = []
+        for n in range(acts.size(1)):
+            examples = [{"position": p, "char": text[p], "context": "".join(text[max(0, p - context) : p + 1]),
+                         "activation": float(a)} for a, p in zip(values[:, n].tolist(), where[:, n].tolist(),
+                                                                  strict=True)]
+            neurons.append({"neuron": n, "examples": examples, "pushes": pushed[n]})
+        layers.append({"layer": layer, "neurons": neurons})
+    return {"layers": layers}
