@@ -25,6 +25,7 @@ from collections.abc import Iterable
 import torch
 from torch.nn import functional as F
 
+from tinylm.api.circuits import CircuitsMixin
 from tinylm.api.loading import Source, load_checkpoint
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
@@ -42,7 +43,7 @@ def load(source: Source = None) -> LM:
     return LM(load_checkpoint(source))
 
 
-class LM:
+class LM(CircuitsMixin):
     """A trained model and its tokenizer, ready to generate, score, run with hooks and show."""
 
     def __init__(self, loaded: LoadedModel):
