@@ -13,6 +13,12 @@ relative URL: every other path is a file of ``static/`` (the catch-all route). T
     translate?run=R&text=SOURCE  a translation run's greedy translation and cross-attention
     training?run=R               the probe's attention at each logged step
     heads?run=R                  the head scores over steps
+    dla?run=R&text=T[&against=c]  direct logit attribution at each position (dla.json)
+    circuits?run=R               each head's copying and positional previous-token scores (circuits.json)
+    ov?run=R&layer=L&head=H      a head's OV circuit (V x V) and copying score
+    qk?run=R&layer=L&head=H      a head's token QK (V x V) and positional QK (T x T) circuits
+    composition?run=R            Q-, K-, V-composition of earlier heads with later ones (composition.json)
+    neurons?run=R&text=T[&k=5]   each MLP neuron's top examples in the text, the characters it pushes up
 
 A model computes one request at a time (its own lock: switching heads off hooks into it), beside the other
 models; no lock is held while a file is read (``models``), so a slow or stuck request holds up no other
@@ -35,7 +41,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tinylm.errors import TinyLMError
-from tinylm.explorer import events, views
+from tinylm.explorer import circuits, events, views
 from tinylm.explorer.http import ablate_of, answer, json_route, k_of, parameter, text_of
 from tinylm.explorer.models import Models
 from tinylm.explorer.run_text import run_text
@@ -99,6 +105,12 @@ class TinyLMPlugin(base_plugin.TBPlugin):
             "/translate": self.serve_translate,
             "/training": self.serve_training,
             "/heads": self.serve_heads,
+            "/dla": self.serve_dla,
+            "/circuits": self.serve_circuits,
+            "/ov": self.serve_ov,
+            "/qk": self.serve_qk,
+            "/composition": self.serve_composition,
+            "/neurons": self.serve_neurons,
             "/*": self.serve_static,
         }
 
@@ -142,6 +154,33 @@ class TinyLMPlugin(base_plugin.TBPlugin):
     @json_route
     def serve_translate(self, request) -> dict:
         return self.computed(request, views.translation, text_of(request))
+
+    # ----------------------------------------------------------------------------------------
+    # The circuits (tinylm.explorer.circuits: the analysis' own functions)
+
+    @json_route
+    def serve_dla(self, request) -> dict:
+        return self.computed(request, circuits.dla, text_of(request), request.args.get("against") or None)
+
+    @json_route
+    def serve_circuits(self, request) -> dict:
+        return self.computed(request, circuits.heads)
+
+    @json_route
+    def serve_ov(self, request) -> dict:
+        return self.computed(request, circuits.ov, parameter(request, "layer"), parameter(request, "head"))
+
+    @json_route
+    def serve_qk(self, request) -> dict:
+        return self.computed(request, circuits.qk, parameter(request, "layer"), parameter(request, "head"))
+
+    @json_route
+    def serve_composition(self, request) -> dict:
+        return self.computed(request, circuits.composition)
+
+    @json_route
+    def serve_neurons(self, request) -> dict:
+        return self.computed(request, circuits.neurons, text_of(request), parameter(request, "k", "5"))
 
     # ----------------------------------------------------------------------------------------
     # What training logged
