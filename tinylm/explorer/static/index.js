@@ -1,10 +1,12 @@
 // The tinylm tab: TensorBoard loads this module in an iframe and calls render(). It picks a run and
-// shows one of four views of it: your text, training, heads, translation. A saved view (page.js) shows
+// shows one of six views of it: your text, training, heads, circuits, neurons, translation. A saved view (page.js) shows
 // one of them with the same VIEWS, runInfo and newApp.
 
 import { get } from "./api.js";
+import { circuitsView } from "./circuits_view.js";
 import { h, message, put } from "./dom.js";
 import { headsView } from "./heads_view.js";
+import { neuronsView } from "./neurons_view.js";
 import { textView } from "./text_view.js";
 import { trainingView } from "./training_view.js";
 import { translationView } from "./translation_view.js";
@@ -13,6 +15,8 @@ export const VIEWS = [
   { id: "text", name: "Your text", build: textView, fits: (run) => run.task !== "translation" },
   { id: "training", name: "Training", build: trainingView, fits: (run) => run.kind !== "rnn" },
   { id: "heads", name: "Heads", build: headsView, fits: (run) => run.kind !== "rnn" },
+  { id: "circuits", name: "Circuits", build: circuitsView, fits: (run) => run.kind !== "rnn" && run.task !== "translation" },
+  { id: "neurons", name: "Neurons", build: neuronsView, fits: (run) => run.kind !== "rnn" && run.task !== "translation" },
   { id: "translation", name: "Translation", build: translationView, fits: (run) => run.task === "translation" },
 ];
 
