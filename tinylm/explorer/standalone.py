@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.explorer import bundle, head_scores, views
+from tinylm.explorer import bundle, circuits, head_scores, views
 from tinylm.explorer.models import describe
 from tinylm.tasks import is_encoder_decoder
 from tinylm.tasks.base import LoadedModel
@@ -40,7 +40,8 @@ from tinylm.values import one_line
 TOP_K = 5  # text_view.js asks for the top 5 next characters
 BUDGET = 64  # head states (each: attention, predictions, logit lens) a text view holds at most, ablate's aside
 MAX_WEIGHTS = 2_000_000  # and their attention weights at most (about 9 bytes each in the page)
-FRAME_HEIGHT = {"text": 900, "heads": 720, "translation": 640}  # px, until the page sets its own (fitFrame)
+FRAME_HEIGHT = {"text": 900, "heads": 720, "translation": 640, "circuits": 1300,  # px, until the page sets its own
+                "neurons": 760}  # (fitFrame)
 
 
 @dataclass
@@ -49,7 +50,7 @@ class View:
 
     html: str
     title: str
-    kind: str  # "text", "heads" or "translation"
+    kind: str  # "text", "heads", "translation", "circuits" or "neurons"
     data: dict = field(repr=False)
 
     def _repr_html_(self) -> str:
@@ -169,7 +170,7 @@ def saved(kind: str, run: dict, answers: list[dict], title: str, **extra) -> Vie
 
 
 # ------------------------------------------------------------------------------------------------
-# The three views
+# The views
 
 
 def text_view(loaded: LoadedModel, text: str | None = None, *, ablate=(), budget: int = BUDGET) -> View:
@@ -232,3 +233,40 @@ def heads_view(loaded: LoadedModel, *, text: str | None = None) -> View:
     run = run_of(loaded, text or "")
     answers = [{"route": "heads", "params": {}, "answer": scores}]
     return saved("heads", run, answers, f"tinylm · head scores of {run['label']}", about=about)
+
+
+def circuits_view(loaded: LoadedModel, text: str | None = None) -> View:
+    """The tab's "Circuits" view: the direct logit attribution of ``text`` (None: the run's probe) at each
+    position and summed, every head's OV circuit with its copying score, its token and positional QK, and the
+    composition scores: every answer held (``tinylm.explorer.circuits``, the analysis' own functions)."""
+    if loaded.task == "translation" or is_encoder_decoder(loaded.model):
+        raise TinyLMError("this model translates: its cross-attention's circuits are in lm.dla(...) and "
+                          "lm.circuits(); the circuits view reads a decoder's text")
+    text = probe_of(loaded) if text is None else text
+    with one_thread():
+        scores = circuits.heads(loaded)  # a model without heads: its one line, raised here
+        views.encoded(loaded, text)  # and a text it cannot read
+        heads = sorted({(entry["layer"], entry["head"]) for entry in scores["heads"] if not entry.get("cross")})
+        answers = [{"route": "circuits", "params": {}, "answer": scores},
+                   {"route": "dla", "params": {"text": text}, "answer": answered(circuits.dla, loaded, text)},
+                   {"route": "composition", "params": {}, "answer": answered(circuits.composition, loaded)}]
+        for layer, head in heads:
+            params = {"head": str(head), "layer": str(layer)}
+            answers += [{"route": "ov", "params": params, "answer": answered(circuits.ov, loaded, layer, head)},
+                        {"route": "qk", "params": params, "answer": answered(circuits.qk, loaded, layer, head)}]
+    return saved("circuits", run_of(loaded, text), answers, f"tinylm · circuits · {text[:40]}",
+                 fixed="A saved view of this text: to attribute another, call lm.show_circuits(text) with it")
+
+
+def neurons_view(loaded: LoadedModel, text: str | None = None) -> View:
+    """The tab's "Neurons" view of ``text`` (None: the run's probe): each MLP neuron's top ``k`` positions in
+    it (k = 5, as neurons_view.js asks), in their context, and the characters its output pushes up."""
+    if loaded.task == "translation" or is_encoder_decoder(loaded.model):
+        raise TinyLMError("this model translates: read its neurons with lm.neurons(); the neurons view reads a "
+                          "decoder's text")
+    text = probe_of(loaded) if text is None else text
+    with one_thread():
+        answer = circuits.neurons(loaded, text, TOP_K)  # a text or model it cannot read: its one line, raised here
+    answers = [{"route": "neurons", "params": {"k": str(TOP_K), "text": text}, "answer": answer}]
+    return saved("neurons", run_of(loaded, text), answers, f"tinylm · neurons · {text[:40]}",
+                 fixed="A saved view of this text: to read another, call lm.show_neurons(text) with it")

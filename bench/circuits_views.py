@@ -1,0 +1,126 @@
+"""Screenshots of the saved circuits and neurons views (``lm.show_circuits``, ``lm.show_neurons``) in headless
+Chromium, each brought on screen as a user would: docs/screenshots/circuits-{dla,ov,qk,composition,neurons}.png.
+
+Each page is opened from a file; it must show its view with no console error and request nothing but itself
+(exit 1 otherwise). tests/test_standalone_circuits.py drives the pages with ``show_ov``.
+
+Regenerate the screenshots (from the repository root; the model as bench/notebook_views.py trains it):
+
+    python train.py experiment=induction_heads data.path=/tmp/repeats.txt seed=1 hydra.run.dir=/tmp/views/induction
+    python bench/circuits_views.py /tmp/views/induction/checkpoints/last.ckpt --out docs/screenshots \\
+        --text k3xq2ahk3xq2ah0cq5zt0cq5zt --head 1.1 --position 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import notebook_views as nv
+
+READY = "$('.dla-grid td') && $('canvas.heatmap[data-name=ov]') && $('table.composition-grid')"
+
+
+def show_dla(page: nv.Page, position: int | None = None, summed: bool = False) -> dict:
+    """The attribution at ``position`` (a character of the strip clicked), or summed over the text."""
+    page.wait_for(READY, "the attribution, the OV circuit and the composition")
+    if position is not None:
+        page.click(f'.dla-strip .tok[data-pos="{position}"]')
+        page.wait_for(f"$('.dla-strip .tok.picked')?.dataset.pos === '{position}'", f"position {position} picked")
+    if summed:
+        page.click("button.dla-mode")
+        page.wait_for("$('.dla-about').textContent.startsWith('summed')", "the sum over the text")
+    page.js("window.scrollTo(0, 0)")
+    return {"about": page.js("$('.dla-about').firstChild.textContent"),
+            "cells": page.js("$$('.dla-grid td').length")}
+
+
+def pick_head(page: nv.Page, head: str | None) -> None:
+    page.wait_for(READY, "the circuits view")
+    if head is not None:
+        page.click(f'td.pick[data-head="{head}"]')
+        layer, index = head.split(".")
+        page.wait_for(f"$('.head-title').textContent === 'layer {layer}, head {index}' && "
+                      "$('canvas.heatmap[data-name=ov]') && $('canvas.heatmap[data-name=qk]')",
+                      f"head {head}'s circuits")
+
+
+def show_ov(page: nv.Page, head: str | None = None) -> dict:
+    """A head's OV circuit, a cell of its diagonal hovered."""
+    pick_head(page, head)
+    page.scroll_to(".ov")
+    page.hover("canvas.heatmap[data-name=ov]")
+    return {"copying": page.js("$('.ov .summary').dataset.copying"),
+            "drawn": page.js("$('canvas.heatmap[data-name=ov]').dataset.drawn === 'true'"),
+            "readout": page.js("$('.ov .readout').textContent")}
+
+
+def show_qk(page: nv.Page, head: str | None = None) -> dict:
+    pick_head(page, head)
+    page.scroll_to(".qk")
+    return {"maps": page.js("$$('.qk canvas.heatmap').length"), "note": page.js("$('.qk .msg')?.textContent ?? null")}
+
+
+def show_composition(page: nv.Page) -> dict:
+    page.wait_for(READY, "the composition")
+    page.scroll_to(".composition")
+    return {"cells": page.js("$$('table.composition-grid td[data-value]').length")}
+
+
+def show_neurons(page: nv.Page, layer: int | None = None) -> dict:
+    """The neuron with the strongest activation of ``layer`` (the last by default) clicked."""
+    page.wait_for("$('button.neuron')", "the neurons")
+    if layer is None:
+        layer = page.js("$$('.layer-tabs .tab').length") - 1
+    page.click(f'.layer-tabs .tab[data-layer="{layer}"]')
+    page.wait_for(f"$('.layer-tabs .tab.active')?.dataset.layer === '{layer}'", f"layer {layer}")
+    best = page.js("$$('button.neuron').sort((a, b) => b.dataset.activation - a.dataset.activation)[0].dataset.neuron")
+    page.click(f'button.neuron[data-neuron="{best}"]')
+    page.wait_for("$('table.neuron-examples tr[data-position]')", "the neuron's examples")
+    page.js("window.scrollTo(0, 0)")
+    return {"layer": layer, "neuron": best, "examples": page.js("$$('table.neuron-examples tr[data-position]').length")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    parser.add_argument("--text", default=None, help="the text (default: the run's probe)")
+    parser.add_argument("--head", default=None, help="the head whose OV and QK are shot, e.g. 1.1")
+    parser.add_argument("--position", type=int, default=None, help="the position of circuits-dla.png")
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=1000)
+    args = parser.parse_args(argv)
+
+    from tinylm.checkpoint import load_model
+    from tinylm.explorer import standalone
+
+    loaded = load_model(args.checkpoint)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="circuits-views-") as scratch:
+        scratch = Path(scratch)
+        circuits = standalone.circuits_view(loaded, args.text).save(scratch / "circuits.html").as_uri()
+        neurons = standalone.neurons_view(loaded, args.text).save(scratch / "neurons.html").as_uri()
+        browser = nv.Browser(nv.tb.find_chromium(), str(scratch / "profile"), scratch / "chromium.log")
+        try:
+            for name, url, show in (
+                    ("dla", circuits, lambda page: show_dla(page, args.position)),
+                    ("ov", circuits, lambda page: show_ov(page, args.head)),
+                    ("qk", circuits, lambda page: show_qk(page, args.head)),
+                    ("composition", circuits, show_composition),
+                    ("neurons", neurons, show_neurons)):
+                results.append(nv.shoot(browser, url, None, show, args.out / f"circuits-{name}.png", args.width,
+                                        args.height))
+        finally:
+            browser.close()
+    for result in results:
+        print(json.dumps(result, ensure_ascii=False), flush=True)
+    return 0 if all(not r["errors"] and not r["foreign_requests"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
