@@ -108,3 +108,11 @@ def test_in_chromium_the_saved_circuits_view_draws_the_ov_heatmap_with_no_error(
     assert ov["readout"].startswith("attending to ")  # a cell hovered
     assert dla["about"].startswith("summed over the 15 positions") and dla["cells"] == 4
     assert neurons["layer"] == 1 and neurons["examples"] == 5
+
+
+def test_lm_show_circuits_and_show_neurons_are_these_views(gpt_run, views):
+    import tinylm
+
+    lm = tinylm.load(checkpoint(gpt_run.path))
+    assert lm.show_circuits(TEXT).data == views[0].data
+    assert lm.show_neurons(TEXT).data == views[1].data

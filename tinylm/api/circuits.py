@@ -5,6 +5,8 @@
     lm.circuits()                      # circuits.json: every head's copying and positional previous-token scores
     lm.composition()                   # composition.json: Q-, K-, V-composition [earlier head][later head]
     lm.neurons(text=None, k=5)         # neurons.json: each MLP neuron's top positions and the characters it pushes
+    lm.show_circuits(text=None)        # the tinylm tab's Circuits view in a notebook cell (.save("x.html"))
+    lm.show_neurons(text=None)         # its Neurons view: click a neuron, see its examples
 
 The OV and QK matrices themselves: ``tinylm.analysis.circuits.ov_circuit(lm.model, layer, head)`` and
 ``qk_circuit``. An LSTM/GRU: one TinyLMError line saying what applies.
@@ -67,6 +69,21 @@ class CircuitsMixin:
 
             raise unknown_characters(self.tokenizer, "text", missing, "use characters of the training text")
         return neuron_examples(self.model, self.tokenizer, self.tokenizer.encode(text), k, context)
+
+    def show_circuits(self, text: str | None = None):
+        """The tinylm tab's "Circuits" view of ``text`` (None: the run's probe) in a notebook cell: the direct logit
+        attribution at each position and summed, every head's OV circuit (copying) and QK circuits, the
+        composition scores (``tinylm.explorer.standalone.circuits_view``; ``.save("view.html")`` writes it)."""
+        from tinylm.explorer import standalone
+
+        return standalone.circuits_view(self.loaded, text)
+
+    def show_neurons(self, text: str | None = None):
+        """The tinylm tab's "Neurons" view of ``text`` (None: the run's probe) in a notebook cell: click a neuron
+        to see where it fires most, in context, and the characters it pushes up."""
+        from tinylm.explorer import standalone
+
+        return standalone.neurons_view(self.loaded, text)
 
     def _recorded_probe(self) -> str | None:
         from tinylm.run_folder import PROBE_FILE
