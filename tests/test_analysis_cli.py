@@ -15,6 +15,9 @@ from tinylm.errors import TinyLMError
 
 analyze = entry_point("analyze.py")
 TEXT = "自注意力可以让序列中的每个位置"  # 15 characters of the runs' training text (block_size 16)
+# the circuits' figures (tests/test_circuits_cli.py reads their files)
+CIRCUIT_PNGS = {"dla_position", "dla_summed", "circuits_copying", "circuits_positional", "circuits_ov", "composition_q",
+                "composition_k", "composition_v", "neurons"}
 
 
 def run_analyze(*overrides: str) -> dict:
@@ -32,7 +35,7 @@ def test_analyze_writes_heads_lens_figures_and_report(gpt_run, tmp_path, capsys)
     assert lens["tokens"] == list(TEXT)
     assert [layer["layer"] for layer in lens["layers"]] == [0, 1]
     assert all(len(layer["top1"]) == len(layer["prob"]) == len(TEXT) for layer in lens["layers"])
-    pngs = {"logit_lens", "previous_token", "induction", "entropy", "ablation_loss_delta"}
+    pngs = {"logit_lens", "previous_token", "induction", "entropy", "ablation_loss_delta", *CIRCUIT_PNGS}
     assert {p.stem for p in tmp_path.glob("*.png")} == pngs
     report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
     assert all(f"]({name}.png)" in report for name in pngs)

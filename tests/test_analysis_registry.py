@@ -46,7 +46,7 @@ def test_a_registered_analysis_is_in_analyzes_files_report_and_table(own_registr
     assert (tmp_path / "tokens.png").is_file() and (tmp_path / "heads.json").is_file()
     report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
     assert "## Tokens\n\n![Tokens](tokens.png)\n\nOne cell per token." in report
-    assert "Analyses: heads, logit_lens, text_length;" in report
+    assert "Analyses: heads, logit_lens, dla, circuits, composition, neurons, text_length;" in report
     assert "needs_corrupt (needs corrupt_text=)" in report and "patching (needs corrupt_text=)" in report
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].startswith("layer head")  # the built-in analyses first (lower order)

@@ -72,7 +72,8 @@ def test_analyze_scores_an_encoder_decoders_cross_heads(numbers_run, tmp_path, c
     lens = json.loads((tmp_path / "logit_lens.json").read_text(encoding="utf-8"))
     assert lens["tokens"][0] == "\x02" and [layer["layer"] for layer in lens["layers"]] == [0, 1]  # BEGIN first
     assert {p.stem for p in tmp_path.glob("*.png")} == {"logit_lens", "entropy", "ablation_loss_delta",
-                                                         "ablation_exact_match_delta"}
+                                                         "ablation_exact_match_delta", "dla_position", "dla_summed",
+                                                         "circuits_copying", "circuits_positional", "circuits_ov"}
     assert "ablation_exact_match_delta" in capsys.readouterr().out
 
 

@@ -34,5 +34,11 @@ EVALUATE = (
 ANALYZE = (
     Option("induction_draws", integer(1), " (random strings to average the induction score over)"),
     Option("seed", integer(), " (it draws the random strings)"),
+    Option("dla_position", nullable(integer(0), ", or null for the last position"),
+           " (the position of the text whose next character dla's figure attributes)"),
+    Option("dla_against", nullable(rule(lambda v: isinstance(v, str) and len(v) == 1, "one character"), ", or null"),
+           " (dla attributes the logit difference target - against)"),
+    Option("neurons_k", integer(1), " (each neuron's strongest positions kept)"),
+    Option("neurons_context", integer(0), " (characters shown before each neuron's position)"),
     THREADS,
 )
