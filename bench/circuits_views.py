@@ -48,11 +48,22 @@ def pick_head(page: nv.Page, head: str | None) -> None:
                       f"head {head}'s circuits")
 
 
+def hover_cell(page: nv.Page, name: str, row: int, col: int) -> None:
+    """The pointer on the cell (row, col) of the heatmap ``name``."""
+    x, y = page.js(f"""(c => {{
+        const r = c.getBoundingClientRect(), pad = Number(c.dataset.pad), cell = Number(c.dataset.cell);
+        return [r.left + pad + ({col} + 0.5) * cell, r.top + pad + ({row} + 0.5) * cell];
+    }})($('canvas.heatmap[data-name={name}]'))""")
+    page.browser.send("Input.dispatchMouseEvent", page.session, type="mouseMoved", x=x, y=y)
+
+
 def show_ov(page: nv.Page, head: str | None = None) -> dict:
-    """A head's OV circuit, a cell of its diagonal hovered."""
+    """A head's OV circuit, a cell of its diagonal hovered (the middle row's)."""
     pick_head(page, head)
     page.scroll_to(".ov")
-    page.hover("canvas.heatmap[data-name=ov]")
+    middle = int(page.js("Number($('canvas.heatmap[data-name=ov]').dataset.rows)")) // 2
+    hover_cell(page, "ov", middle, middle)
+    page.wait_for("$('.ov .readout').textContent.startsWith('attending')", "the hovered cell's readout")
     return {"copying": page.js("$('.ov .summary').dataset.copying"),
             "drawn": page.js("$('canvas.heatmap[data-name=ov]').dataset.drawn === 'true'"),
             "readout": page.js("$('.ov .readout').textContent")}
@@ -89,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
     parser.add_argument("--text", default=None, help="the text (default: the run's probe)")
-    parser.add_argument("--head", default=None, help="the head whose OV and QK are shot, e.g. 1.1")
+    parser.add_argument("--head", default=None, help="the head whose OV circuit is shot, e.g. 1.1")
+    parser.add_argument("--qk-head", default=None, help="the head whose QK circuits are shot (default: --head)")
+    parser.add_argument("--only", default=None, help="shoot these only, e.g. qk,neurons")
+    parser.add_argument("--prefix", default="circuits", help="the screenshots' names: PREFIX-dla.png, ...")
     parser.add_argument("--position", type=int, default=None, help="the position of circuits-dla.png")
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=1000)
@@ -110,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
             for name, url, show in (
                     ("dla", circuits, lambda page: show_dla(page, args.position)),
                     ("ov", circuits, lambda page: show_ov(page, args.head)),
-                    ("qk", circuits, lambda page: show_qk(page, args.head)),
+                    ("qk", circuits, lambda page: show_qk(page, args.qk_head or args.head)),
                     ("composition", circuits, show_composition),
                     ("neurons", neurons, show_neurons)):
-                results.append(nv.shoot(browser, url, None, show, args.out / f"circuits-{name}.png", args.width,
-                                        args.height))
+                if args.only and name not in args.only.split(","):
+                    continue
+                results.append(nv.shoot(browser, url, None, show, args.out / f"{args.prefix}-{name}.png",
+                                        args.width, args.height))
         finally:
             browser.close()
     for result in results:

@@ -41,14 +41,14 @@ export function heatmap(matrix, rowLabels, colLabels, { colours = "diverging", m
   size = 560, name = "" } = {}) {
   const rows = matrix.length;
   const cols = rows ? matrix[0].length : 0;
-  const cell = Math.max(3, Math.min(16, Math.floor(size / Math.max(rows, cols, 1))));
+  const cell = Math.max(1, Math.min(16, Math.floor(size / Math.max(rows, cols, 1))));
   const labelled = cell >= 7;
   const pad = labelled ? 16 : 2;
   const width = pad + cols * cell;
   const height = pad + rows * cell;
   const scale = window.devicePixelRatio || 1;
   const canvas = h("canvas", { width: Math.round(width * scale), height: Math.round(height * scale),
-    class: "map heatmap", dataset: { rows, cols, name } });
+    class: "map heatmap", dataset: { rows, cols, name, cell, pad } });
   canvas.style.width = `${width}px`;
   canvas.style.height = `${height}px`;
   const ctx = canvas.getContext("2d");
