@@ -78,6 +78,7 @@ def show_qk(page: nv.Page, head: str | None = None) -> dict:
 def show_composition(page: nv.Page) -> dict:
     page.wait_for(READY, "the composition")
     page.scroll_to(".composition")
+    page.js("window.scrollBy(0, -36)")  # its card's title too
     return {"cells": page.js("$$('table.composition-grid td[data-value]').length")}
 
 
@@ -121,16 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         neurons = standalone.neurons_view(loaded, args.text).save(scratch / "neurons.html").as_uri()
         browser = nv.Browser(nv.tb.find_chromium(), str(scratch / "profile"), scratch / "chromium.log")
         try:
-            for name, url, show in (
-                    ("dla", circuits, lambda page: show_dla(page, args.position)),
-                    ("ov", circuits, lambda page: show_ov(page, args.head)),
-                    ("qk", circuits, lambda page: show_qk(page, args.qk_head or args.head)),
-                    ("composition", circuits, show_composition),
-                    ("neurons", neurons, show_neurons)):
+            for name, url, show, height in (
+                    ("dla", circuits, lambda page: show_dla(page, args.position), args.height),
+                    ("ov", circuits, lambda page: show_ov(page, args.head), args.height),
+                    ("qk", circuits, lambda page: show_qk(page, args.qk_head or args.head), args.height),
+                    ("composition", circuits, show_composition, 420),  # the card alone
+                    ("neurons", neurons, show_neurons, args.height)):
                 if args.only and name not in args.only.split(","):
                     continue
                 results.append(nv.shoot(browser, url, None, show, args.out / f"{args.prefix}-{name}.png",
-                                        args.width, args.height))
+                                        args.width, height))
         finally:
             browser.close()
     for result in results:
