@@ -87,3 +87,9 @@ def test_options_that_depend_on_the_text_refuse_before_any_file(gpt_run, tmp_pat
     with pytest.raises(TinyLMError, match=message):
         run_analyze(f"run_dir={gpt_run.path}", f"text={TEXT}", f"out_dir={tmp_path / 'out'}", override)
     assert not (tmp_path / "out" / "dla.json").exists() and not (tmp_path / "out" / "heads.json").exists()
+
+
+def test_an_lstm_checkpoint_is_one_line_naming_the_circuits(lstm_run, tmp_path):
+    with pytest.raises(TinyLMError, match="lstm model: it has no attention heads") as e:
+        run_analyze(f"run_dir={lstm_run.path}", f"text={TEXT}", f"out_dir={tmp_path}")
+    assert "the circuits (direct logit attribution, OV/QK, composition, neurons) do not apply" in str(e.value)

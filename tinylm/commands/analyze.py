@@ -60,7 +60,8 @@ def require_heads(loaded) -> None:
     if not loaded.model.attention_layers():
         raise TinyLMError(
             f"checkpoint {loaded.path} holds an {loaded.model.config.arch} model: it has no attention heads and no "
-            "residual stream, so head scores, ablation, the logit lens and patching do not apply to it; "
+            "residual stream, so head scores, ablation, the logit lens, patching and the circuits (direct logit "
+            "attribution, OV/QK, composition, neurons) do not apply to it; "
             "evaluate.py (its loss and bits per character) and generate.py do")
 
 

@@ -13,7 +13,8 @@ with ||M||_F the Frobenius norm,
 its gain multiplies B's W_Q, W_K and W_V (diag(g) W), and a LayerNorm's centring is folded into A's W_O (its
 output minus the mean over C). ``baseline``: the same score for random Gaussian W_Q, W_K, W_V, W_O of the
 heads' shapes, averaged over draws (the score of two unrelated heads; the same for Q, K and V, since a
-Gaussian matrix's distribution is unchanged by rotations).
+Gaussian matrix's distribution is unchanged by rotations). The scores are of the weights alone: rope's rotation of
+the queries and keys and qk_norm's scaling are left out.
 """
 
 from __future__ import annotations

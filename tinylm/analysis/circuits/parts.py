@@ -17,8 +17,8 @@ import torch.nn as nn
 from tinylm.errors import TinyLMError
 
 WHAT_APPLIES = ("has no attention heads and no residual stream of named parts: direct logit attribution, OV/QK "
-                "circuits, composition scores and MLP neurons are a Transformer's; on it, analyze.py's logit-free "
-                "commands (generate, evaluate) and the loss apply")
+                "circuits, composition scores and MLP neurons are a Transformer's; lm.score and lm.generate "
+                "(evaluate.py and generate.py) apply to it")
 
 
 @dataclass(frozen=True)
