@@ -45,21 +45,21 @@ def residual_parts(model, inputs: tuple[torch.Tensor, ...]) -> tuple[dict[str, t
     wanted = {_embed_point(model), first, last, *z_names.values(), *mlp_names}
     with eval_no_grad(model):
         _, cache = model.run_with_cache(*inputs, names_filter=lambda name: name in wanted)
-    embed = cache[_embed_point(model)][0].float()  # (T, C)
-    result = {"embed": embed, "pos_embed": cache[first][0].float() - embed}
+    embed = P.host(cache[_embed_point(model)][0])  # (T, C)
+    result = {"embed": embed, "pos_embed": P.host(cache[first][0]) - embed}
     bias = torch.zeros_like(embed[0])  # (C,)
     for layer, block in enumerate(blocks):
         for place in (p for p in places if p.layer == layer):
-            z = cache[z_names[id(place)]][0].float()  # (T, h, hs)
+            z = P.host(cache[z_names[id(place)]][0])  # (T, h, hs)
             for head in range(place.module.num_heads):
                 result[place.name(head)] = z[:, head] @ P.weights(place.module, head)["O"]  # (T, C)
             if place.module.proj.bias is not None:
-                bias = bias + place.module.proj.bias.detach().float()
-        mlp_bias = block.ffwd.proj.bias.detach().float()
-        result[f"mlp{layer}"] = cache[mlp_names[layer]][0].float() - mlp_bias
+                bias = bias + P.host(place.module.proj.bias)
+        mlp_bias = P.host(block.ffwd.proj.bias)
+        result[f"mlp{layer}"] = P.host(cache[mlp_names[layer]][0]) - mlp_bias
         bias = bias + mlp_bias
     result["bias"] = bias.expand_as(embed)
-    return result, cache[last][0].float()
+    return result, P.host(cache[last][0])
 
 
 def attribute(model, inputs: tuple[torch.Tensor, ...], targets: list[int], against: int | None = None):
@@ -98,7 +98,7 @@ def model_logits(model, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
     last = P.hook_name(model, blocks[-1].hook_resid_post)
     with eval_no_grad(model):
         _, cache = model.run_with_cache(*inputs, names_filter=lambda name: name == last)
-        return model.lm_head(model.ln_f(cache[last])).float()[0]
+        return P.host(model.lm_head(model.ln_f(cache[last]))[0])
 
 
 def direct_logit_attribution(model, ids: list[int], tokenizer, against: str | None = None,

@@ -33,7 +33,7 @@ def activations(model, ids: list[int]) -> list[torch.Tensor]:
         with eval_no_grad(model):
             _, cache = model.run_with_cache(chunk, names_filter=lambda name: name in names)
         for layer, name in enumerate(names):
-            pieces[layer].append(cache[name][0].float().cpu())
+            pieces[layer].append(P.host(cache[name][0]))
     return [torch.cat(chunks) for chunks in pieces]
 
 
@@ -41,7 +41,7 @@ def pushes(model, layer: int, tokenizer, top: int = PUSHES) -> list[list[dict]]:
     """Per neuron of ``layer``, the ``top`` characters its output raises most, with the logit per unit."""
     block = model.residual_layers()[layer]
     final = P.final_norm(model)
-    W_out = block.ffwd.proj.weight.detach().float().T  # (N, C): row n is what neuron n writes
+    W_out = P.host(block.ffwd.proj.weight).T  # (N, C): row n is what neuron n writes
     W_U, _ = P.unembed(model)
     logits = (P.center(W_out, final) * P.gain(final)) @ W_U.T  # (N, V)
     values, chars = logits.topk(min(top, logits.size(1)), dim=1)

@@ -53,7 +53,7 @@ def ov_circuit(model, layer: int, head: int, prefix: str = "") -> torch.Tensor:
     """(V, V): row = the character attended to, column = the output logit it writes."""
     place = _place(model, layer, prefix)
     w = P.weights(place.module, head)
-    E = P.normalized(_key_norm(model, place), model.token_embeddings().detach())  # (V, C)
+    E = P.normalized(_key_norm(model, place), model.token_embeddings())  # (V, C)
     final = P.final_norm(model)
     out = P.center(E @ w["V"] @ w["O"], final) * P.gain(final)  # (V, C)
     W_U, _ = P.unembed(model)
@@ -64,7 +64,7 @@ def qk_circuit(model, layer: int, head: int, prefix: str = "") -> torch.Tensor:
     """(V, V): row = the query's character, column = the key's."""
     place = _place(model, layer, prefix)
     w = P.weights(place.module, head)
-    raw = model.token_embeddings().detach()
+    raw = model.token_embeddings()
     queries = P.normalized(place.norm, raw) @ w["Q"]  # (V, hs)
     keys = P.normalized(_key_norm(model, place), raw) @ w["K"]  # (V, hs)
     return queries @ keys.T

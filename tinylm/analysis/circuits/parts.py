@@ -35,6 +35,12 @@ class HeadPlace:
         return f"{self.prefix}L{self.layer}H{head}"
 
 
+def host(t: torch.Tensor) -> torch.Tensor:
+    """A weight or an activation as the circuits compute with it: detached, float32, on the CPU (the matrices are
+    small; the model itself may run anywhere)."""
+    return t.detach().float().cpu()
+
+
 def require_heads(model) -> None:
     """One TinyLMError for a model without attention (the LSTM/GRU), saying what applies."""
     if not getattr(model, "has_attention", False) or not model.attention_layers():
@@ -71,11 +77,11 @@ def places(model) -> list[HeadPlace]:
 
 def weights(module: nn.Module, head: int) -> dict[str, torch.Tensor]:
     """Head ``head``'s W_Q, W_K, W_V (C, hs) and W_O (hs, C), detached, float."""
-    hs, W = module.head_size, module.qkv.weight.detach().float()  # (3C, C)
+    hs, W = module.head_size, host(module.qkv.weight)  # (3C, C)
     C = W.size(1)
     rows = slice(head * hs, (head + 1) * hs)
     return {"Q": W[rows].T, "K": W[C:][rows].T, "V": W[2 * C:][rows].T,
-            "O": module.proj.weight.detach().float()[:, rows].T}
+            "O": host(module.proj.weight)[:, rows].T}
 
 
 def centers(norm: nn.Module) -> bool:
@@ -85,18 +91,18 @@ def centers(norm: nn.Module) -> bool:
 
 def gain(norm: nn.Module) -> torch.Tensor:
     w = getattr(norm, "weight", None)
-    return torch.ones(norm.normalized_shape) if w is None else w.detach().float()
+    return torch.ones(norm.normalized_shape) if w is None else host(w)
 
 
 def norm_bias(norm: nn.Module) -> torch.Tensor | None:
     b = getattr(norm, "bias", None)
-    return None if b is None else b.detach().float()
+    return None if b is None else host(b)
 
 
 def normalized(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """x (..., C) through ``norm`` without its bias: each row centred (LayerNorm), divided by its own scale, times
     the gain."""
-    return norm.normalize(x.float()) * gain(norm)
+    return norm.normalize(host(x)) * gain(norm)
 
 
 def center(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -111,7 +117,7 @@ def final_norm(model) -> nn.Module:
 def unembed(model) -> tuple[torch.Tensor, torch.Tensor | None]:
     """W_U (V, C) and the output head's bias (V,) or None."""
     head = model.lm_head
-    return head.weight.detach().float(), None if head.bias is None else head.bias.detach().float()
+    return host(head.weight), None if head.bias is None else host(head.bias)
 
 
 def positions_table(model) -> torch.Tensor | None:
@@ -119,7 +125,7 @@ def positions_table(model) -> torch.Tensor | None:
     table = getattr(model, "position_embedding", None)
     if table is None:
         return None
-    return table(torch.arange(model.config.block_size, device=model.token_embeddings().device)).detach().float()
+    return host(table(torch.arange(model.config.block_size, device=model.token_embeddings().device)))
 
 
 def hook_name(model, point: nn.Module) -> str:
