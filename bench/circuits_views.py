@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="circuits-views-") as scratch:
         scratch = Path(scratch)
-        circuits = standalone.circuits_view(loaded, args.text).save(scratch / "circuits.html").as_uri()
+        shown = sorted({head for head in (args.head, args.qk_head) if head}) or None  # None: as many as it holds
+        circuits = standalone.circuits_view(loaded, args.text, heads=shown).save(scratch / "circuits.html").as_uri()
         neurons = standalone.neurons_view(loaded, args.text).save(scratch / "neurons.html").as_uri()
         browser = nv.Browser(nv.tb.find_chromium(), str(scratch / "profile"), scratch / "chromium.log")
         try:

@@ -51,7 +51,7 @@ def get(app, route: str, **params):
     return response.status_code, json.loads(response.get_data(as_text=True))
 
 
-def close(answer, expected: torch.Tensor, places: int = 5) -> bool:
+def close(answer, expected: torch.Tensor, places: int = 4) -> bool:
     """A route's rounded matrix (None for -inf) against the function's tensor."""
     got = torch.tensor([[-math.inf if v is None else v for v in row] for row in answer], dtype=torch.float64)
     expected = expected.double()

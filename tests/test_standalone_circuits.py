@@ -116,3 +116,18 @@ def test_lm_show_circuits_and_show_neurons_are_these_views(gpt_run, views):
     lm = tinylm.load(checkpoint(gpt_run.path))
     assert lm.show_circuits(TEXT).data == views[0].data
     assert lm.show_neurons(TEXT).data == views[1].data
+
+
+def test_a_circuits_page_holds_the_heads_asked_for_or_those_within_its_budget(loaded, monkeypatch):
+    view = standalone.circuits_view(loaded, TEXT, heads=["1.0", (0, 1)])
+    held_heads = sorted(params for route, params in held(view) if route == "ov")
+    assert held_heads == [(("head", "0"), ("layer", "1")), (("head", "1"), ("layer", "0"))]
+    assert view.data["head"] == [0, 1] and "0.1, 1.0" in view.data["missing_head"]
+    with pytest.raises(TinyLMError, match="not a head of this model"):
+        standalone.circuits_view(loaded, TEXT, heads=["2.0"])
+    vocabulary, block = loaded.model.config.vocab_size, loaded.model.config.block_size
+    monkeypatch.setattr(standalone, "MAX_CIRCUIT_VALUES", 2 * (2 * vocabulary**2 + block**2))  # two heads' worth
+    view = standalone.circuits_view(loaded, TEXT)
+    copying = {(e["layer"], e["head"]): e["copying"] for e in head_circuits(loaded.model, loaded.tokenizer)["heads"]}
+    kept = sorted((int(dict(p)["layer"]), int(dict(p)["head"])) for route, p in held(view) if route == "ov")
+    assert len(kept) == 2 and min(copying[h] for h in kept) >= max(v for h, v in copying.items() if h not in kept)

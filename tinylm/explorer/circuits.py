@@ -2,7 +2,7 @@
 
 Every number comes from the analysis' own functions (``tinylm.analysis.circuits``: what ``analyze.py`` writes
 to dla.json, circuits.json, composition.json and neurons.json, and what ``lm.dla``, ``lm.circuits``,
-``lm.composition`` and ``lm.neurons`` return), unchanged but for the rounding of the matrices (``DIGITS``);
+``lm.composition`` and ``lm.neurons`` return), unchanged but for the rounding of the matrices (``MATRIX_DIGITS``);
 this module only reads the request's text, layer and head, and says in one line what a model lacks (a
 TinyLMError: the routes answer 400 with it). Nothing here writes anything.
 
@@ -19,11 +19,12 @@ from __future__ import annotations
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.explorer.views import encoded, rounded
+from tinylm.explorer.views import encoded
 from tinylm.tasks.base import LoadedModel
 from tinylm.values import whole_number
 
 MAX_NEURON_K = 20  # examples per neuron
+MATRIX_DIGITS = 4  # decimals of the OV and QK matrices' logits and scores (a V x V matrix of a large vocabulary is big)
 
 
 def transformer(loaded: LoadedModel, what: str) -> None:
@@ -103,6 +104,11 @@ def qk(loaded: LoadedModel, layer, head) -> dict:
     return {"layer": layer, "head": head, "tokens": circuits["tokens"], "qk": rounded(tokens),
             "positional": None if positions is None else finite(positions), "head_size": head_size(loaded, layer),
             "positional_previous_token": scores_of(circuits, layer, head).get("positional_previous_token")}
+
+
+def rounded(values: torch.Tensor) -> list:
+    """A matrix as nested lists of floats rounded to ``MATRIX_DIGITS`` decimals (float64 first: 0.1 prints as 0.1)."""
+    return values.double().round(decimals=MATRIX_DIGITS).tolist()
 
 
 def finite(values: torch.Tensor) -> list:

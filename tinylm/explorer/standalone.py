@@ -40,6 +40,7 @@ from tinylm.values import one_line
 TOP_K = 5  # text_view.js asks for the top 5 next characters
 BUDGET = 64  # head states (each: attention, predictions, logit lens) a text view holds at most, ablate's aside
 MAX_WEIGHTS = 2_000_000  # and their attention weights at most (about 9 bytes each in the page)
+MAX_CIRCUIT_VALUES = 400_000  # OV, QK and positional numbers a circuits view holds (about 7.5 bytes each)
 FRAME_HEIGHT = {"text": 900, "heads": 720, "translation": 640, "circuits": 1300,  # px, until the page sets its own
                 "neurons": 760}  # (fitFrame)
 
@@ -235,10 +236,25 @@ def heads_view(loaded: LoadedModel, *, text: str | None = None) -> View:
     return saved("heads", run, answers, f"tinylm · head scores of {run['label']}", about=about)
 
 
-def circuits_view(loaded: LoadedModel, text: str | None = None) -> View:
+def circuit_heads(scores: dict, heads, vocabulary: int, block_size: int) -> list[tuple[int, int]]:
+    """The heads whose OV and QK a circuits view holds: ``heads`` ("1.0" or (1, 0)), else every head while
+    their matrices stay within ``MAX_CIRCUIT_VALUES`` (the largest copying scores first; one head at least)."""
+    every = sorted({(entry["layer"], entry["head"]) for entry in scores["heads"] if not entry.get("cross")})
+    if heads is not None:
+        run = {"layers": max(layer for layer, _ in every) + 1, "heads": max(head for _, head in every) + 1}
+        return [tuple(int(part) for part in name.split(".")) for name in heads_named(heads, run)]
+    per_head = 2 * vocabulary * vocabulary + block_size * block_size
+    copying = {(entry["layer"], entry["head"]): entry["copying"] for entry in scores["heads"] if not entry.get("cross")}
+    ranked = sorted(every, key=lambda head: -copying[head])
+    return sorted(ranked[:max(1, MAX_CIRCUIT_VALUES // per_head)])
+
+
+def circuits_view(loaded: LoadedModel, text: str | None = None, *, heads=None) -> View:
     """The tab's "Circuits" view: the direct logit attribution of ``text`` (None: the run's probe) at each
-    position and summed, every head's OV circuit with its copying score, its token and positional QK, and the
-    composition scores: every answer held (``tinylm.explorer.circuits``, the analysis' own functions)."""
+    position and summed, the heads' OV circuits with their copying scores, their token and positional QK,
+    and the composition scores (``tinylm.explorer.circuits``, the analysis' own functions). It holds the OV
+    and QK of every head while they stay within ``MAX_CIRCUIT_VALUES`` numbers (a large vocabulary: the
+    heads that copy most), else of ``heads`` ("1.0" or (1, 0)); it opens on the first."""
     if loaded.task == "translation" or is_encoder_decoder(loaded.model):
         raise TinyLMError("this model translates: its cross-attention's circuits are in lm.dla(...) and "
                           "lm.circuits(); the circuits view reads a decoder's text")
@@ -246,7 +262,8 @@ def circuits_view(loaded: LoadedModel, text: str | None = None) -> View:
     with one_thread():
         scores = circuits.heads(loaded)  # a model without heads: its one line, raised here
         views.encoded(loaded, text)  # and a text it cannot read
-        heads = sorted({(entry["layer"], entry["head"]) for entry in scores["heads"] if not entry.get("cross")})
+        config = loaded.model.config
+        heads = circuit_heads(scores, heads, config.vocab_size, config.block_size)
         answers = [{"route": "circuits", "params": {}, "answer": scores},
                    {"route": "dla", "params": {"text": text}, "answer": answered(circuits.dla, loaded, text)},
                    {"route": "composition", "params": {}, "answer": answered(circuits.composition, loaded)}]
@@ -255,7 +272,10 @@ def circuits_view(loaded: LoadedModel, text: str | None = None) -> View:
             answers += [{"route": "ov", "params": params, "answer": answered(circuits.ov, loaded, layer, head)},
                         {"route": "qk", "params": params, "answer": answered(circuits.qk, loaded, layer, head)}]
     return saved("circuits", run_of(loaded, text), answers, f"tinylm · circuits · {text[:40]}",
-                 fixed="A saved view of this text: to attribute another, call lm.show_circuits(text) with it")
+                 fixed="A saved view of this text: to attribute another, call lm.show_circuits(text) with it",
+                 head=list(heads[0]), missing_head="Not in this saved view (it holds the OV and QK circuits of "
+                 f"{', '.join(f'{layer}.{head}' for layer, head in heads)}): call lm.show_circuits(text, "
+                 "heads=['{head}']) for this head's, or open the run in the tinylm tab.")
 
 
 def neurons_view(loaded: LoadedModel, text: str | None = None) -> View:

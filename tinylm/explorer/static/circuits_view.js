@@ -13,7 +13,7 @@ const MAX_POSITIONS = 64; // the positional QK pattern shown: its first position
 const HEAD_PART = /^(cross)?L(\d+)H(\d+)$/;
 
 export function circuitsView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.text ?? "", position: null, summed: false, head: [0, 0],
+  const state = { text: app.texts.get(run.name) ?? run.text ?? "", position: null, summed: false, head: app.head ?? [0, 0],
     gen: 0, dla: null, scores: null };
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
     "aria-label": "your text", placeholder: "Type any text", readonly: Boolean(app.fixedText), title: app.fixedText });

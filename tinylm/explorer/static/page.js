@@ -18,6 +18,7 @@ export function renderSaved(data) {
   const app = newApp();
   app.fixedText = data.fixed;
   app.off = data.off;
+  app.head = data.head; // the head a saved circuits view opens on
   const run = data.run;
   document.body.append(
     h("header", {}, h("span", { class: "runlabel" }, `tinylm · ${view.name}`),
@@ -69,6 +70,9 @@ function savedHost(data) {
 
 /** What a saved view says of a question it holds no answer to: a note, not an error. */
 function missing(data, params) {
+  if (params.layer !== undefined && data.missing_head) {
+    return Object.assign(new ApiError(data.missing_head.replace("{head}", `${params.layer}.${params.head}`)), { note: true });
+  }
   const heads = (params.ablate || "").split(",").filter(Boolean);
   const text = heads.length && data.missing ? data.missing.replace("{ablate}", JSON.stringify(heads))
     : "This saved view holds no answer to that: open the run in the tinylm tab.";
