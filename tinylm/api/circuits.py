@@ -70,13 +70,15 @@ class CircuitsMixin:
             raise unknown_characters(self.tokenizer, "text", missing, "use characters of the training text")
         return neuron_examples(self.model, self.tokenizer, self.tokenizer.encode(text), k, context)
 
-    def show_circuits(self, text: str | None = None):
+    def show_circuits(self, text: str | None = None, heads=None):
         """The tinylm tab's "Circuits" view of ``text`` (None: the run's probe) in a notebook cell: the direct logit
-        attribution at each position and summed, every head's OV circuit (copying) and QK circuits, the
-        composition scores (``tinylm.explorer.standalone.circuits_view``; ``.save("view.html")`` writes it)."""
+        attribution at each position and summed, the heads' OV circuits (copying) and QK circuits, the
+        composition scores (``tinylm.explorer.standalone.circuits_view``; ``.save("view.html")`` writes it).
+        ``heads`` (e.g. ["1.0"]): the heads whose OV and QK it holds (None: every head, or with a large vocabulary
+        those that copy most)."""
         from tinylm.explorer import standalone
 
-        return standalone.circuits_view(self.loaded, text)
+        return standalone.circuits_view(self.loaded, text, heads=heads)
 
     def show_neurons(self, text: str | None = None):
         """The tinylm tab's "Neurons" view of ``text`` (None: the run's probe) in a notebook cell: click a neuron
