@@ -93,3 +93,13 @@ def test_an_lstm_checkpoint_is_one_line_naming_the_circuits(lstm_run, tmp_path):
     with pytest.raises(TinyLMError, match="lstm model: it has no attention heads") as e:
         run_analyze(f"run_dir={lstm_run.path}", f"text={TEXT}", f"out_dir={tmp_path}")
     assert "the circuits (direct logit attribution, OV/QK, composition, neurons) do not apply" in str(e.value)
+
+
+def test_neurons_look_in_a_text_longer_than_the_model_reads(gpt_run, tmp_path):
+    result = run_analyze(f"run_dir={gpt_run.path}", f"text={TEXT}", f"out_dir={tmp_path}", f"neurons_text={TEXT * 3}",
+                         "neurons_k=40")
+    layers = result["neurons"]["layers"]
+    positions = {e["position"] for layer in layers for n in layer["neurons"] for e in n["examples"]}
+    assert max(positions) >= 16 and max(positions) < 45  # beyond one window of block_size 16
+    with pytest.raises(TinyLMError, match="neurons_text"):
+        run_analyze(f"run_dir={gpt_run.path}", f"text={TEXT}", f"out_dir={tmp_path / 'b'}", "neurons_text=ZZZ")

@@ -36,7 +36,7 @@ from tinylm.errors import TinyLMError
 from tinylm.run_folder import CHECKPOINTS_DIR, CONF_DIR
 from tinylm.values import check_options
 
-TEXT_KEYS = ("text", "corrupt_text", "target", "dla_against")  # free text, taken literally
+TEXT_KEYS = ("text", "corrupt_text", "target", "dla_against", "neurons_text")  # free text, taken literally
 PATH_KEYS = ("ckpt_path", "run_dir", "out_dir", "paths.log_dir")
 
 

@@ -40,5 +40,7 @@ ANALYZE = (
            " (dla attributes the logit difference target - against)"),
     Option("neurons_k", integer(1), " (each neuron's strongest positions kept)"),
     Option("neurons_context", integer(0), " (characters shown before each neuron's position)"),
+    Option("neurons_text", nullable(rule(lambda v: isinstance(v, str) and bool(v), "a text"), ", or null"),
+           " (any length, read in windows: where the neurons' strongest positions are looked for; null: text)"),
     THREADS,
 )
