@@ -151,3 +151,69 @@ def test_the_route_functions_raise_one_line_for_a_model_without_heads(logdir):
     for call in (lambda: circuits.heads(lstm), lambda: circuits.ov(lstm, 0, 0), lambda: circuits.composition(lstm)):
         with pytest.raises(Exception, match="no attention heads, so .* does not apply"):
             call()
+
+
+# ------------------------------------------------------------------------------------------------
+# The tab itself: TensorBoard on a trained run, in headless Chromium
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_in_tensorboard_the_circuits_and_neurons_views_show_the_routes_numbers(gpt_run, tmp_path):
+    import sys
+    import urllib.parse
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import tensorboard_screenshots as tb
+    import tinylm_tab as ui
+
+    if not any(shutil.which(name) for name in tb.CHROMIUM_NAMES):
+        pytest.skip("needs Chromium: apt-get install chromium fonts-noto-cjk")
+
+    def route(name: str, **params) -> dict:
+        return server.get(f"/data/plugin/tinylm/{name}?{urllib.parse.urlencode(params)}")
+
+    server = tb.TensorBoard(gpt_run.log_dir, tb.free_port(), tmp_path / "tensorboard.log")
+    browser = None
+    try:
+        assert server.wait_for_data(0, ["tinylm"], timeout=90) == {"tinylm"}, tb.last_line(server.log)
+        browser = tb.Chromium(tb.find_chromium(), str(tmp_path / "profile"), tmp_path / "chromium.log")
+        page = browser.open(f"{server.url}/#tinylm", 1280, 900, timeout=60)
+        ui.wait_for(browser, page, "$$('canvas.map').length", "the text view", timeout=60)
+        run = route("runs")["runs"][0]
+        ui.click(browser, page, 'button.tab[data-view="circuits"]')
+        ui.wait_for(browser, page, "$('.dla-grid td') && $('canvas.heatmap[data-name=ov]') && "
+                    "$('table.composition-grid td[data-value]')", "the circuits view")
+        ui.type_text(browser, page, "textarea.textin", "Attention")
+        dla = route("dla", run=run["name"], text="Attention")
+        last = dla["positions"][-1]
+        ui.wait_for(browser, page, f"$('.dla-about').textContent.includes('target {last['target']}')",
+                    "its attribution")
+        shown = ui.tab(browser, page, "$$('.dla-grid td, .dla-parts td').map(c => [c.dataset.part, c.textContent])")
+        assert dict(shown) == {part: f"{value:.2f}" for part, value in last["parts"].items()}
+        ui.type_text(browser, page, "input.against", "e")
+        ui.wait_for(browser, page, "$('.dla-about').textContent.includes('minus the logit of e')", "the difference")
+        against = route("dla", run=run["name"], text="Attention", against="e")["positions"][-1]
+        assert f"logit {against['logit']:.2f}" in ui.tab(browser, page, "$('.dla-about').textContent")
+        ui.click(browser, page, 'td.pick[data-head="1.1"]')
+        ui.wait_for(browser, page, "$('.head-title').textContent === 'layer 1, head 1' && "
+                    "$('.ov .summary')?.dataset.copying !== undefined && $$('.qk canvas.heatmap').length === 2",
+                    "head 1.1's circuits")
+        ov = route("ov", run=run["name"], layer=1, head=1)
+        assert float(ui.tab(browser, page, "$('.ov .summary').dataset.copying")) == pytest.approx(ov["copying"])
+        ui.click(browser, page, 'button.tab[data-view="neurons"]')
+        ui.wait_for(browser, page, "$('button.neuron')", "the neurons")
+        ui.click(browser, page, 'button.neuron[data-neuron="3"]')
+        ui.wait_for(browser, page, "$('table.neuron-examples tr[data-position]')", "neuron 3's examples")
+        text = ui.tab(browser, page, "$('textarea.textin').value")
+        neurons = route("neurons", run=run["name"], text=text, k=5)
+        expected = [e["position"] for e in neurons["layers"][0]["neurons"][3]["examples"]]
+        positions = ui.tab(browser, page, "$$('table.neuron-examples tr[data-position]').map(r => +r.dataset.position)")
+        assert positions == expected
+        assert ui.tab(browser, page, "$$('.msg.error').length") == 0
+    finally:
+        if browser:
+            browser.close()
+        tb.stop(server.proc)

@@ -18,6 +18,9 @@ export function circuitsView(run, app) {
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
     "aria-label": "your text", placeholder: "Type any text", readonly: Boolean(app.fixedText), title: app.fixedText });
   input.value = state.text;
+  const against = h("input", { class: "against", maxlength: 1, size: 2, spellcheck: "false", "aria-label": "against",
+    readonly: Boolean(app.fixedText), title: app.fixedText ? "a saved view holds the attribution against no character"
+      : "a character whose logit is subtracted: the attribution of the logit difference (empty: none)" });
   const strip = h("div", { class: "strip dla-strip" });
   const dlaBox = h("div", { class: "card-body dla" });
   const headsBox = h("div", { class: "card-body" });
@@ -30,7 +33,8 @@ export function circuitsView(run, app) {
   const root = h("div", { class: "view circuits-view" },
     h("div", { class: "card" }, h("label", { class: "card-title" }, "Direct logit attribution ",
       h("span", { class: "muted" }, "· how much each part of the model pushes the true next character; click a character")),
-    input, strip, dlaBox),
+    input, h("label", { class: "muted against-label" }, "against the character ", against,
+      " (optional: attribute the logit difference)"), strip, dlaBox),
     h("div", { class: "cols" },
       h("div", { class: "card" }, h("div", { class: "card-title" }, "Heads",
         h("span", { class: "muted" }, " · click a head to read its circuits")), headsBox),
@@ -60,9 +64,10 @@ export function circuitsView(run, app) {
       for (const [name, v] of Object.entries(p.parts)) parts[name] = (parts[name] ?? 0) + v;
     }
     const p = data.positions[at];
-    const about = state.summed ? `summed over the ${data.positions.length} positions: the logits of each true next character add up to ${logit.toFixed(2)}`
+    const what = p.against !== undefined ? `logit differences (minus ${visible(p.against)}'s)` : "logits";
+    const about = state.summed ? `summed over the ${data.positions.length} positions: the ${what} of each true next character add up to ${logit.toFixed(2)}`
       : `position ${at} (${visible(data.tokens[at])}) → target ${visible(p.target)}: logit ${p.logit.toFixed(2)}` +
-        (p.against !== undefined ? ` (against ${JSON.stringify(p.against)})` : "");
+        (p.against !== undefined ? ` (minus the logit of ${visible(p.against)})` : "");
     const toggle = h("button", { class: "btn dla-mode", onclick: () => { state.summed = !state.summed; drawDla(); } },
       state.summed ? "show one position" : "sum over the text");
     put(dlaBox, h("div", { class: "summary dla-about" }, about, " ", toggle), dlaTables(parts));
@@ -99,7 +104,7 @@ export function circuitsView(run, app) {
   async function loadDla(gen) {
     if (!state.text) return put(dlaBox, message("note", "Type a text above."));
     try {
-      const data = await get("dla", { run: run.name, text: state.text });
+      const data = await get("dla", { run: run.name, text: state.text, against: against.value });
       if (gen !== state.gen) return;
       state.dla = data;
       drawDla();
@@ -199,6 +204,7 @@ export function circuitsView(run, app) {
   }
   const typed = debounce(() => { state.text = input.value; refresh(); }, TYPING_MS);
   input.addEventListener("input", typed);
+  against.addEventListener("input", () => refresh());
   refresh();
   put(headsBox, message("loading", "Loading the heads' circuits…"));
   get("circuits", { run: run.name }).then((data) => { state.scores = data; drawHeads(); loadHead(); },
