@@ -13,8 +13,11 @@ answer from the routes' answers computed beforehand and written into the page.
 - ``runfiles``: what of a run folder is read (regular files, bounded), and the rule for links: none is followed;
 - ``models``: each run's model loaded once and kept (bounded, reloaded when its checkpoint changes);
 - ``views``: the numbers of one text through a model (attention, predictions, logit lens, translation);
+- ``circuits``: the Circuits and Neurons views' numbers (direct logit attribution, OV/QK, composition, neurons),
+  those of ``tinylm.analysis.circuits``;
 - ``events``: what training logged (the probe's attention weights, the head scores), read back;
 - ``run_text``: the text the tab opens each run on, made of its vocabulary;
-- ``standalone``: ``lm.show``'s and ``lm.show_heads``'s views: one self-contained HTML page each, no network;
+- ``standalone``: ``lm.show``'s, ``lm.show_heads``'s, ``lm.show_circuits``'s and ``lm.show_neurons``'s views: one
+  self-contained HTML page each, no network;
 - ``bundle``: the static ES modules and styles inlined into one page; ``head_scores``: the heads view's answer.
 """

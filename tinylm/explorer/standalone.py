@@ -1,6 +1,7 @@
 """The tinylm tab's views of one model in a notebook cell or a file: one frontend, three hosts.
 
-``text_view`` (``lm.show``), ``heads_view`` (``lm.show_heads``) and ``translation_view`` return a ``View``:
+``text_view`` (``lm.show``), ``heads_view`` (``lm.show_heads``), ``translation_view``, ``circuits_view``
+(``lm.show_circuits``) and ``neurons_view`` (``lm.show_neurons``) return a ``View``:
 one HTML page (``View.html``) that holds the tab's own frontend (``static/``, inlined by ``bundle``) and the
 answers to every question its view asks, computed here by the very functions the routes answer with
 (``tinylm.explorer.views``, ``events.heads``), as JSON of the same form (a route's error as ``{"error"}``).
