@@ -356,3 +356,46 @@ def test_run_with_cache_works_under_inference_mode():
             ablate = model(ids)[0]
     assert torch.equal(cached, logits) and cache["pattern", 1].shape == (B, H, T, T)
     assert not torch.equal(ablate, logits)
+
+
+@pytest.mark.parametrize("point", ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_attn_scores",
+                                   "ln_final.hook_normalized", "blocks.0.attn.hook_z"])
+def test_an_edit_in_place_counts_also_under_inference_mode(point):
+    """A hook that edits its tensor in place and returns None changes the output, with or without a version
+    counter (inference_mode tensors have none), on the SDPA path too; looking changes nothing."""
+    model = model_of("gpt-learned").eval()
+    ids = batch_of(model)[0]
+
+    def edit(tensor, hook):
+        tensor[..., 0] = 0.5
+
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            logits = model(ids)[0]
+            edited = model.run_with_hooks(ids, fwd_hooks=[(point, edit)])[0]
+            looked = model.run_with_hooks(ids, fwd_hooks=[(point, lambda tensor, hook: None)])[0]
+        assert not torch.equal(edited, logits) and torch.equal(looked, logits), mode
+
+
+def test_cache_short_forms_as_in_transformer_lens():
+    model = model_of("gpt-learned").eval()
+    _, cache = model.run_with_cache(batch_of(model)[0])
+    last = max(int(name.split(".")[1]) for name in cache if name.startswith("blocks."))
+    assert cache["embed"] is cache["hook_embed"] and cache["pos_embed"] is cache["hook_pos_embed"]
+    assert cache["pattern", -1] is cache[f"blocks.{last}.attn.hook_pattern"]
+    assert cache["resid_post", 0] is cache["blocks.0.hook_resid_post"]
+
+
+@pytest.mark.parametrize("fwd_hooks, said", [
+    ([("hook_embed",)], "with fn(tensor, hook) callable: got ('hook_embed',)"),
+    (("hook_embed", lambda tensor, hook: None), "put the one pair in a list"),
+    ([("hook_embed", "not a function")], "with fn(tensor, hook) callable"),
+    (3, "not int"),
+])
+def test_a_malformed_fwd_hooks_is_one_line_showing_the_form(fwd_hooks, said):
+    model = model_of("gpt-learned").eval()
+    with pytest.raises(TinyLMError) as info:
+        model.run_with_hooks(batch_of(model)[0], fwd_hooks=fwd_hooks)
+    message = str(info.value)
+    assert message.startswith("fwd_hooks is a list of (name, fn) pairs") and said in message and "\n" not in message
+    assert all(not point._forward_hooks for point in model.hook_points().values())

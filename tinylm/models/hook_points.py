@@ -59,14 +59,17 @@ class HookPoint(nn.Module):
 
     def passed(self, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """``x`` through the point, and whether a hook replaced it or edited it in place (an edit in place
-        is seen by the tensor's version counter, which tensors made under ``torch.inference_mode`` lack:
-        there a hook that edits must return the tensor)."""
+        is seen by the tensor's version counter; tensors made under ``torch.inference_mode`` have none, and
+        are compared with a copy taken before the hooks ran)."""
         if not self._forward_hooks:
             return x, False
-        inference = x.is_inference()
-        version = None if inference else x._version
+        if x.is_inference():  # no version counter: compare with a copy
+            before = x.clone()
+            out = self(x)
+            return out, out is not x or not torch.equal(out, before)
+        version = x._version
         out = self(x)
-        return out, out is not x or (not inference and out._version != version)
+        return out, out is not x or out._version != version
 
     def __repr__(self) -> str:
         return f"HookPoint({self.name!r})"
@@ -123,7 +126,7 @@ def attached(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NamesFilter
     """``fwd_hooks`` ((names, fn) pairs) attached for the ``with`` block, removed after it, also after an error."""
     handles = []
     try:
-        for names, fn in fwd_hooks:
+        for names, fn in hook_pairs(fwd_hooks):
             handles += [points[name].add_hook(fn) for name in select(points, names)]
         yield
     finally:
@@ -131,17 +134,38 @@ def attached(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NamesFilter
             handle.remove()
 
 
+def hook_pairs(fwd_hooks) -> list[tuple[NamesFilter, HookFn]]:
+    """``fwd_hooks`` as a list of (names, fn) pairs; anything else is one TinyLMError that shows the form."""
+    form = "fwd_hooks is a list of (name, fn) pairs, e.g. fwd_hooks=[('blocks.0.attn.hook_z', fn)]"
+    if isinstance(fwd_hooks, tuple) and len(fwd_hooks) == 2 and callable(fwd_hooks[1]):
+        raise TinyLMError(f"{form}: put the one pair in a list")
+    try:
+        pairs = [tuple(pair) for pair in fwd_hooks]
+    except TypeError:
+        raise TinyLMError(f"{form}, not {type(fwd_hooks).__name__}") from None
+    for pair in pairs:
+        if len(pair) != 2 or not callable(pair[1]):
+            raise TinyLMError(f"{form}, with fn(tensor, hook) callable: got {pair!r}")
+    return pairs
+
+
 class ActivationCache(dict):
     """What ``run_with_cache`` keeps: hook point name -> tensor, in the order the forward pass reached them.
 
-    Besides full names, ``cache["pattern", 0]`` is layer 0's ``hook_pattern`` as in TransformerLens
-    (``cache["pattern", 0, "cross_attn"]`` where several points of a layer share the short name).
+    Besides full names, TransformerLens's short forms: ``cache["pattern", 0]`` is layer 0's ``hook_pattern``
+    (``cache["pattern", -1]`` the last layer's; ``cache["pattern", 0, "cross_attn"]`` where several points of
+    a layer share the short name), and ``cache["embed"]`` a point outside the blocks (``hook_embed``).
     """
 
     def __getitem__(self, key):
         if not isinstance(key, tuple):
+            if key not in self and f"hook_{key}" in self:
+                return super().__getitem__(f"hook_{key}")
             return super().__getitem__(key)
         short, layer, *within = key
+        if isinstance(layer, int) and layer < 0:
+            layers = {int(name.split(".")[1]) for name in self if name.count(".") >= 2 and name.split(".")[1].isdigit()}
+            layer = max(layers, default=-1) + 1 + layer
         found = [name for name in self
                  if name.endswith(f".hook_{short}") and f".{layer}." in f".{name}"
                  and all(f".{part}." in f".{name}" for part in within)]
