@@ -179,6 +179,8 @@ def test_generate_gives_the_text_of_generate_py(lm, gpt_run, capsys, settings):
 def test_generate_is_the_same_with_the_same_seed_and_refuses_what_generate_py_refuses(lm, gpt_run):
     assert lm.generate("自", seed=5, max_new_tokens=20) == lm.generate("自", seed=5, max_new_tokens=20)
     assert lm.generate("自", ablate=[(0, 1)], seed=5) == lm.generate("自", ablate=["0.1"], seed=5)
+    assert lm.generate("自", ablate="0.1", seed=5) == lm.generate("自", ablate=["0.1"], seed=5)
+    assert lm.generate("自", ablate="0.1, 1.0", seed=5) == lm.generate("自", ablate=["0.1", "1.0"], seed=5)
     for settings, overrides in (({"prompt": "自Ω"}, ["prompt=自Ω"]), ({"temperature": -1}, ["temperature=-1"]),
                                 ({"ablate": ["5.0"]}, ["ablate=[5.0]"])):
         with pytest.raises(TinyLMError) as info:

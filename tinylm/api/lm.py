@@ -150,13 +150,13 @@ class LM(CircuitsMixin):
                  unknown: str = "error", use_cache: bool = True, beam_size: int = 1) -> str:
         """The text ``generate.py`` prints for one sample with these settings (conf/generate.yaml's defaults): the
         prompt and its continuation, without the final newline it adds and with control characters as they are.
-        ``seed`` None draws a fresh one; ``ablate``: heads switched off, ``["0.2", "1.3"]`` or ``[(0, 2)]``;
+        ``seed`` None draws a fresh one; ``ablate``: heads switched off, ``["0.2", "1.3"]``, ``[(0, 2)]`` or "0.2,1.3";
         ``stop``: end right after this text. A translation checkpoint translates each line of ``prompt`` (one
         line out per line in, joined by newlines), by beam search when ``beam_size`` > 1."""
         from tinylm.analysis.hooks import heads_switched_off
         from tinylm.commands.options import GENERATE
 
-        ablate = [f"{head[0]}.{head[1]}" if isinstance(head, tuple | list) else head for head in ablate or ()]
+        ablate = head_names(ablate)
         check_options({"temperature": temperature, "top_k": top_k, "top_p": top_p, "max_new_tokens": max_new_tokens,
                        "num_samples": 1, "seed": seed, "threads": None, "use_cache": use_cache, "prompt_max_mib": 1,
                        "ablate": ablate, "beam_size": beam_size}, GENERATE)
@@ -240,6 +240,8 @@ class LM(CircuitsMixin):
                 raise TinyLMError(f"show: a translation model's view takes only the source text, not "
                                   f"{', '.join(settings)}: lm.show(source)")
             return standalone.translation_view(self.loaded, text)
+        if "ablate" in settings:
+            settings["ablate"] = head_names(settings["ablate"])
         return standalone.text_view(self.loaded, text, **settings)
 
     def show_heads(self, **settings):
@@ -250,6 +252,13 @@ class LM(CircuitsMixin):
 
     def _name(self) -> str:
         return f"checkpoint {self.loaded.path}" if self.loaded.path is not None else "this model"
+
+
+def head_names(ablate) -> list:
+    """``ablate`` as "layer.head" names: a list of them or of (layer, head) pairs, or one string "0.2,1.3"."""
+    if isinstance(ablate, str):
+        return [head.strip() for head in ablate.split(",") if head.strip()]
+    return [f"{head[0]}.{head[1]}" if isinstance(head, tuple | list) else head for head in ablate or ()]
 
 
 class _GivenText:
