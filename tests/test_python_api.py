@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 from dataclasses import asdict
 from pathlib import Path
 
@@ -401,6 +402,30 @@ def test_train_refuses_a_sweep_and_ctrl_c_is_keyboard_interrupt(project, monkeyp
     with pytest.raises(KeyboardInterrupt):
         tinylm.train(TRAIN)
     assert sys.argv == argv and not any((project / "outputs" / "runs").iterdir())
+
+
+def test_train_in_a_notebook_draws_no_progress_bar_unless_asked(project, monkeypatch):
+    """A notebook cell prints the bar's terminal escapes as they come: there the bar is off by default."""
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    settings = [o for o in TRAIN if not o.startswith("trainer.enable_progress_bar=")]
+    quiet = tinylm.train(settings)
+    asked = tinylm.train([*settings, "trainer.enable_progress_bar=true"])
+    assert "trainer.enable_progress_bar=false" in (quiet.run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "trainer.enable_progress_bar=false" not in (asked.run_dir / ".hydra" / "overrides.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_train_refuses_a_resume_that_would_continue_a_sweep(project):
+    """ckpt_path=last of an optuna sweep's job brings back hparams_search=optuna: a sweep, not one Run."""
+    sweep = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hparams_search=optuna",
+                            "hydra.sweeper.n_trials=1", *TRAIN[:-2], "trainer.max_steps=2", "data.path=tiny.txt"],
+                           cwd=project, capture_output=True, text=True, env={**os.environ, "TINYLM_ROOT": str(project)})
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    jobs = sorted((project / "outputs" / "multirun").rglob("last.ckpt"))
+    with pytest.raises(TinyLMError) as info:
+        tinylm.train(["ckpt_path=last", "trainer.max_steps=4"])
+    assert str(info.value).startswith("error: this resume continues a sweep (hparams_search=optuna)")
+    assert sorted((project / "outputs" / "multirun").rglob("last.ckpt")) == jobs  # nothing trained
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,6 +54,9 @@ def train(overrides: Iterable[str] = ()) -> Run:
     and return the ``Run``; a bad override: one ``TinyLMError`` whose message is the command's ``error:`` line."""
     overrides = [str(o) for o in overrides] if not isinstance(overrides, str) else [overrides]
     refuse_sweeps(overrides)
+    if in_notebook() and not any(o.lstrip("+").startswith("trainer.enable_progress_bar=") for o in overrides):
+        # the progress bar redraws itself with terminal escapes, which a notebook cell prints as they come
+        overrides.append("trainer.enable_progress_bar=false")
     from tinylm.run_folder import use_project_root
 
     use_project_root()  # as the command: run folders under the project folder
@@ -66,12 +69,17 @@ def train(overrides: Iterable[str] = ()) -> Run:
     folder._claimed.clear()
     with command_process(overrides) as seen:
         try:
-            command.run_command_line()
+            command.run_command_line(resumed_check=resumed_sweep)
         except SystemExit as e:
             ending(e)
     if not seen:  # the command ended without training and without an error: nothing to return
         raise TinyLMError(f"python train.py {' '.join(overrides)} trained nothing")
     return Run(seen[-1], read_metrics(seen[-1]))
+
+
+def in_notebook() -> bool:
+    """Whether this Python runs in a Jupyter kernel."""
+    return "ipykernel" in sys.modules
 
 
 def refuse_sweeps(overrides: list[str]) -> None:
@@ -84,6 +92,14 @@ def refuse_sweeps(overrides: list[str]) -> None:
         if key in SWEEPS:
             raise TinyLMError(f"{override} makes a sweep of several runs, and tinylm.train trains one: run the sweep "
                               f"with `python train.py -m ... {override}`, then tinylm.load each job's folder")
+
+
+def resumed_sweep(argv: list[str]) -> None:
+    """One line if a resume brought back a sweep's settings (``ckpt_path=last`` of a job of an optuna sweep)."""
+    sweep = [arg for arg in argv if arg in ("-m", "--multirun") or arg.lstrip("+~").partition("=")[0] in SWEEPS]
+    if sweep:
+        raise TinyLMError(f"this resume continues a sweep ({' '.join(sweep)}), and tinylm.train trains one run: "
+                          "resume the sweep with `python train.py` as it was started, then tinylm.load each job")
 
 
 def ending(exit: SystemExit) -> None:

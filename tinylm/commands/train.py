@@ -85,7 +85,9 @@ def main(cfg: DictConfig) -> float | None:
     return train_main(cfg)
 
 
-def run_command_line() -> None:
+def run_command_line(resumed_check=None) -> None:
+    """``python train.py``'s command line (sys.argv). ``resumed_check(argv)``: called on the arguments a resume
+    (``ckpt_path=...``) brings back, before anything is built (``tinylm.train`` refuses a sweep there)."""
     try:
         refuse_derived(sys.argv[1:])  # a setting that follows from another one: one error line
         in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
@@ -95,6 +97,8 @@ def run_command_line() -> None:
             from tinylm.runs.resume import plan_resume  # torch and the checkpoint reader: only for a resume
 
             sys.argv = plan_resume(sys.argv, CONF_DIR)  # a resume continues the run as it was configured
+            if resumed_check is not None:
+                resumed_check(sys.argv[1:])
         if in_sweep and any(arg.startswith("hydra.sweep.dir=") for arg in sys.argv):
             from tinylm.runs.sweep_resume import newest_sweep
 
