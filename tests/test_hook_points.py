@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 
 from tinylm.analysis.hooks import ablated, head_means, heads_switched_off, hooked
-from tinylm.analysis.shapes import MEANINGS, shape_rows
+from tinylm.callbacks.shapes import MEANINGS, shape_rows
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.generation.sampling import generate

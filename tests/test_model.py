@@ -120,7 +120,7 @@ def test_attention_weights_are_causal_probabilities():
 
 
 def test_shape_rows_list_every_hook_point_in_forward_order():
-    from tinylm.analysis.shapes import shape_rows
+    from tinylm.callbacks.shapes import shape_rows
 
     model = GPT(reference_config(num_layers=2))  # sdpa: the table still shows the (B, h, T, T) weights
     ids = torch.zeros(3, 32, dtype=torch.long)

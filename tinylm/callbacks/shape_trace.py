@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import lightning as L
 
-from tinylm.analysis.shapes import shape_table
 from tinylm.callbacks.inspector import guarded
+from tinylm.callbacks.shapes import shape_table
 
 
 class ShapeTrace(L.Callback):
     """Print the shape of every hook point of the forward pass for the first training batch.
 
-    The rows come from ``model.run_with_cache`` (``tinylm.analysis.shapes``): a hook on the attention
+    The rows come from ``model.run_with_cache`` (``tinylm.callbacks.shapes``): a hook on the attention
     weights makes even a model that trains with SDPA write its (B, h, T, T) scores out. The legend
     names the model's own dimensions (``dimensions()``).
     """

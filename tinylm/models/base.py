@@ -20,7 +20,16 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from tinylm.models import hook_points as hp
+from tinylm.models.hook_points import (
+    ActivationCache,
+    HookFn,
+    HookPoint,
+    NamesFilter,
+    attached,
+    keeper,
+    named_hook_points,
+    recorded,
+)
 
 
 @dataclass
@@ -97,37 +106,37 @@ class LanguageModel(nn.Module):
     has_attention = False
     hook_aliases: ClassVar[dict[str, str]] = {}  # module name -> the word TransformerLens uses for it
 
-    def hook_points(self) -> dict[str, hp.HookPoint]:
+    def hook_points(self) -> dict[str, HookPoint]:
         """Every hook point by its public name (``blocks.0.attn.hook_pattern``, ...), in the order of its modules."""
         points = self.__dict__.get("_hook_points")
         if points is None:
-            points = self.__dict__["_hook_points"] = hp.named_hook_points(self, self.hook_aliases)
+            points = self.__dict__["_hook_points"] = named_hook_points(self, self.hook_aliases)
         return points
 
     @contextmanager
-    def hooks(self, fwd_hooks: Iterable[tuple[hp.NamesFilter, hp.HookFn]] = ()) -> Iterator[LanguageModel]:
+    def hooks(self, fwd_hooks: Iterable[tuple[NamesFilter, HookFn]] = ()) -> Iterator[LanguageModel]:
         """The model with ``fwd_hooks`` ((names, fn) pairs, ``fn(tensor, hook) -> tensor or None``) attached
         for the ``with`` block; they are removed after it, also after an error."""
-        with hp.attached(self.hook_points(), fwd_hooks):
+        with attached(self.hook_points(), fwd_hooks):
             yield self
 
-    def run_with_hooks(self, *args, fwd_hooks: Iterable[tuple[hp.NamesFilter, hp.HookFn]] = (), **kwargs):
+    def run_with_hooks(self, *args, fwd_hooks: Iterable[tuple[NamesFilter, HookFn]] = (), **kwargs):
         """``self(*args, **kwargs)`` with ``fwd_hooks`` attached for this one call."""
         with self.hooks(fwd_hooks):
             return self(*args, **kwargs)
 
-    def run_with_cache(self, *args, names_filter: hp.NamesFilter = None, **kwargs):
+    def run_with_cache(self, *args, names_filter: NamesFilter = None, **kwargs):
         """``self(*args, **kwargs)`` and an ``ActivationCache`` of what the hook points ``names_filter``
         picks (all of them by default) saw, detached."""
-        cache = hp.ActivationCache()
-        with self.hooks([(names_filter, hp.keeper(cache))]):
+        cache = ActivationCache()
+        with self.hooks([(names_filter, keeper(cache))]):
             return self(*args, **kwargs), cache
 
     def __repr__(self) -> str:
         """The architecture as ``nn.Module`` prints it, without the hook points (one line counts them)."""
         def lines(module: nn.Module, indent: str) -> list[str]:
             children = [(name, child) for name, child in module.named_children()
-                        if not isinstance(child, hp.HookPoint)]
+                        if not isinstance(child, HookPoint)]
             head = f"{type(module).__name__}({module.extra_repr()}"
             if not children:
                 return [head + ")"]
@@ -223,7 +232,7 @@ class Decoder(LanguageModel):
         if not self.has_attention:
             return None
         layers = self.attention_layers()["self"]
-        return hp.recorded([attention.hook_pattern for attention in layers], lambda: self(idx))
+        return recorded([attention.hook_pattern for attention in layers], lambda: self(idx))
 
 
 class EncoderDecoder(LanguageModel):
@@ -265,7 +274,7 @@ class EncoderDecoder(LanguageModel):
         layers = self.attention_layers()
         kinds = ("encoder", "decoder", "cross")
         points = [attention.hook_pattern for kind in kinds for attention in layers[kind]]
-        weights = hp.recorded(points, lambda: self(src, tgt))
+        weights = recorded(points, lambda: self(src, tgt))
         counts = [len(layers[kind]) for kind in kinds]
         starts = [sum(counts[:i]) for i in range(len(kinds))]
         return {kind: weights[start:start + count] for kind, start, count in zip(kinds, starts, counts, strict=True)}
