@@ -5,11 +5,15 @@ new options checked before anything is written."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from conftest import compose_config, entry_point
+from conftest import TINY_TEXT, compose_config, entry_point
+from omegaconf import OmegaConf
 from test_analysis_cli import CIRCUIT_PNGS, TEXT, run_analyze
 
+import tinylm
 from tinylm.errors import TinyLMError
 
 analyze = entry_point("analyze.py")
@@ -103,3 +107,73 @@ def test_neurons_look_in_a_text_longer_than_the_model_reads(gpt_run, tmp_path):
     assert max(positions) >= 16 and max(positions) < 45  # beyond one window of block_size 16
     with pytest.raises(TinyLMError, match="neurons_text"):
         run_analyze(f"run_dir={gpt_run.path}", f"text={TEXT}", f"out_dir={tmp_path / 'b'}", "neurons_text=ZZZ")
+
+
+# The neurons read the run's validation text: the last data.val_fraction (0.1) of its data file, repeated
+# data.repeat (30) times, as evaluate.py split=val scores it. The session's run has its data file deleted.
+WHOLE = TINY_TEXT * 30
+VALIDATION = WHOLE[len(WHOLE) - int(len(WHOLE) * 0.1):]
+
+
+def run_with_its_data(gpt_run, tmp_path) -> Path:
+    """A copy of the session's run whose recorded config names a data file that is there."""
+    run = tmp_path / "run"
+    shutil.copytree(gpt_run.path, run)
+    data = tmp_path / "tiny.txt"
+    data.write_text(TINY_TEXT, encoding="utf-8")
+    config = run / ".hydra" / "config.yaml"
+    recorded = OmegaConf.load(config)
+    recorded.data.path = str(data)
+    OmegaConf.save(recorded, config)
+    return run
+
+
+def assert_read_in(neurons: dict, text: str) -> list[int]:
+    positions = []
+    for layer in neurons["layers"]:
+        for neuron in layer["neurons"]:
+            for e in neuron["examples"]:
+                p = e["position"]
+                assert e["char"] == text[p] and e["context"] == text[max(0, p - 8): p + 1]
+                positions.append(p)
+    return positions
+
+
+def test_the_neurons_read_the_runs_validation_text(gpt_run, tmp_path, capsys):
+    run = run_with_its_data(gpt_run, tmp_path)
+    run_analyze(f"run_dir={run}", f"text={TEXT}", f"out_dir={tmp_path / 'out'}", "neurons_k=3")
+    neurons = json.loads((tmp_path / "out" / "neurons.json").read_text(encoding="utf-8"))
+    assert neurons["source"] == "validation" and neurons["length"] == len(VALIDATION) == 156  # its last 3 copies
+    assert max(assert_read_in(neurons, VALIDATION)) >= 16  # beyond the first window of block_size 16
+    assert "not the run's validation text" not in capsys.readouterr().out
+
+
+def test_the_validation_text_read_is_capped(gpt_run, tmp_path, monkeypatch):
+    monkeypatch.setattr("tinylm.analysis.circuits.texts.VALIDATION_CHARS", 40)
+    neurons = tinylm.load(run_with_its_data(gpt_run, tmp_path)).neurons(k=2)
+    assert neurons["source"] == "validation" and neurons["length"] == 40
+    assert_read_in(neurons, VALIDATION[:40])
+
+
+def test_without_the_runs_data_file_the_neurons_read_the_text_and_say_so(gpt_run, tmp_path, capsys):
+    result = run_analyze(f"run_dir={gpt_run.path}", f"text={TEXT}", f"out_dir={tmp_path}", "neurons_k=2")
+    assert result["neurons"]["source"] == "probe" and result["neurons"]["length"] == len(TEXT)
+    assert_read_in(result["neurons"], TEXT)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "not the run's validation text" in line]
+    assert len(lines) == 1 and "the run's data file" in lines[0] and "tiny.txt is missing" in lines[0]
+    given = run_analyze(f"run_dir={gpt_run.path}", f"text={TEXT}", f"out_dir={tmp_path / 'b'}", "neurons_text=自注意力")
+    assert given["neurons"]["source"] == "text" and given["neurons"]["length"] == 4
+
+
+def test_lm_neurons_read_the_validation_text_else_the_recorded_probe(gpt_run, tmp_path, capsys):
+    run = run_with_its_data(gpt_run, tmp_path)
+    lm = tinylm.load(run)
+    assert lm.neurons(k=2)["source"] == "validation"
+    assert lm.neurons("自注意力", k=2)["source"] == "text"
+    (tmp_path / "tiny.txt").unlink()
+    (run / "probe.txt").write_text(TEXT, encoding="utf-8")
+    capsys.readouterr()
+    probe = lm.neurons(k=2)
+    assert probe["source"] == "probe" and probe["length"] == len(TEXT)
+    assert_read_in(probe, TEXT)
+    assert "neurons: read on the run's recorded probe, not the run's validation text" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from builders import ARCHITECTURES, build_tokenizer
 from tinylm.analysis.circuits import composition_scores, direct_logit_attribution, head_circuits, neuron_examples
 from tinylm.analysis.circuits.composition import baseline, score
 from tinylm.analysis.circuits.dla import model_logits
+from tinylm.analysis.circuits.neurons import activations
 from tinylm.analysis.circuits.ov_qk import copying, ov_circuit, positional_qk, previous_token_score, qk_circuit
 from tinylm.api.lm import LM
 from tinylm.errors import TinyLMError
@@ -62,6 +63,15 @@ def test_the_parts_add_up_to_the_logit(options):
         assert list(p["parts"]) == ["embed", "pos_embed", "L0H0", "L0H1", "mlp0", "L1H0", "L1H1", "mlp1", "bias"]
     if options.get("pos_encoding") == "rope":
         assert all(p["parts"]["pos_embed"] == 0 for p in dla["positions"])
+
+
+def test_a_text_of_one_character_has_nothing_to_attribute_and_says_so():
+    model = gpt(seed=3)
+    for call in (lambda: LM.from_model(model, TOKENIZER).dla("a"),
+                 lambda: direct_logit_attribution(model, [0], TOKENIZER),  # the tab's route calls this
+                 lambda: direct_logit_attribution(model, [0], TOKENIZER, against="b")):
+        with pytest.raises(TinyLMError, match="1 token.* long: pass at least two, so that there is a next token"):
+            call()
 
 
 def test_a_logit_difference_against_another_character_adds_up_too():
@@ -287,6 +297,18 @@ def test_neurons_examples_are_the_largest_activations_and_a_hand_set_neuron_push
     assert pushes[0]["char"] == "d" and pushes[0]["logit"] > pushes[1]["logit"]
 
 
+def test_the_strongest_positions_are_kept_across_windows_as_over_the_whole_text():
+    model = gpt(seed=3)
+    ids = text_ids(50, seed=3)  # 5 windows of 12; k larger than a window
+    found = neuron_examples(model, TOKENIZER, ids, k=20)
+    for layer, acts in enumerate(activations(model, ids)):  # (50, 64): every position at once
+        values, where = acts.topk(20, dim=0)
+        for n in (0, 17, 63):
+            examples = found["layers"][layer]["neurons"][n]["examples"]
+            assert [e["activation"] for e in examples] == pytest.approx(values[:, n].tolist())
+            assert [acts[e["position"], n].item() for e in examples] == pytest.approx(values[:, n].tolist())
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The Python API
 
@@ -297,6 +319,7 @@ def test_the_lm_methods_return_what_the_functions_do():
     assert lm.dla("abcdabcd", against="a") == direct_logit_attribution(model, [0, 1, 2, 3] * 2, TOKENIZER, "a")
     assert lm.circuits() == head_circuits(model, TOKENIZER)
     assert lm.composition(seed=2) == composition_scores(model, seed=2)
-    assert lm.neurons("abcabc", k=2) == neuron_examples(model, TOKENIZER, [0, 1, 2] * 2, k=2)
+    expected = neuron_examples(model, TOKENIZER, [0, 1, 2] * 2, k=2)
+    assert lm.neurons("abcabc", k=2) == {**expected, "source": "text", "length": 6}
     with pytest.raises(TinyLMError, match="pass text="):
         lm.neurons()

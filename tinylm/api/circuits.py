@@ -4,7 +4,8 @@
     lm.dla("the text", against=None)   # dla.json: each part's share of the next character's logit, per position
     lm.circuits()                      # circuits.json: every head's copying and positional previous-token scores
     lm.composition()                   # composition.json: Q-, K-, V-composition [earlier head][later head]
-    lm.neurons(text=None, k=5)         # neurons.json: each MLP neuron's top positions and the characters it pushes
+    lm.neurons(text=None, k=5)         # neurons.json: each MLP neuron's top positions (None: in the run's
+                                       # validation text) and the characters it pushes
     lm.show_circuits(text=None)        # the tinylm tab's Circuits view in a notebook cell (.save("x.html"))
     lm.show_neurons(text=None)         # its Neurons view: click a neuron, see its examples
 
@@ -51,24 +52,32 @@ class CircuitsMixin:
         return composition_scores(self.model, seed)
 
     def neurons(self, text: str | None = None, k: int = 5, context: int = 8) -> dict:
-        """Each MLP neuron's ``k`` strongest positions in ``text`` (None: the probe the run recorded when
-        training started) and the characters its output pushes up most. A long text is read in windows."""
+        """Each MLP neuron's ``k`` strongest positions in ``text`` and the characters its output pushes up most. A
+        long text is read in windows. None: the run's validation text, as ``evaluate.py split=val`` scores it (its
+        first 64k characters, ``tinylm.analysis.circuits.texts``); where the run's data file is missing, the probe
+        the run recorded when training started, with a printed line saying so. The dict's "source" says which
+        ("text", "validation", "probe") and "length" how many characters were read."""
         from tinylm.analysis.circuits import neuron_examples
         from tinylm.analysis.circuits.parts import require_heads
+        from tinylm.analysis.circuits.texts import neurons_text
 
         require_heads(self.model)
         if is_encoder_decoder(self.model):
             raise TinyLMError("neurons: the encoder-decoder's neurons are not read here; its cross-attention heads "
                               "are (lm.dla, lm.circuits)")
+        text, source, why = neurons_text(self.loaded, text, None, "the run's recorded probe")
         if text is None:
             text = self._recorded_probe()
         if not text:
             raise TinyLMError('neurons: pass text="..." (characters of the training text)')
+        if why:
+            print(why)
         if missing := self.tokenizer.unknown(text):
             from tinylm.tokenizer import unknown_characters
 
             raise unknown_characters(self.tokenizer, "text", missing, "use characters of the training text")
-        return neuron_examples(self.model, self.tokenizer, self.tokenizer.encode(text), k, context)
+        found = neuron_examples(self.model, self.tokenizer, self.tokenizer.encode(text), k, context)
+        return {**found, "source": source, "length": len(text)}
 
     def show_circuits(self, text: str | None = None, heads=None):
         """The tinylm tab's "Circuits" view of ``text`` (None: the run's probe) in a notebook cell: the direct logit

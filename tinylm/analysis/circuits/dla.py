@@ -117,6 +117,9 @@ def direct_logit_attribution(model, ids: list[int], tokenizer, against: str | No
     idx = torch.tensor(ids, device=device)[None]
     inputs = (idx,) if source is None else (torch.tensor(source, device=device)[None], idx)
     targets = list(ids[1:]) if targets is None else list(targets)
+    if not targets:
+        raise TinyLMError(f"the text is {len(ids)} token(s) long: pass at least two, so that there is a next token "
+                          "to predict and attribute")
     per_position = attribute(model, inputs, targets, against_id)
     actual = model_logits(model, inputs)  # (T', V)
     rows = torch.arange(len(targets))

@@ -21,20 +21,38 @@ from tinylm.models.base import eval_no_grad
 PUSHES = 5
 
 
-def activations(model, ids: list[int]) -> list[torch.Tensor]:
-    """Per layer, every neuron's activation at every position of ``ids``: (T, N)."""
+def windows(model, ids: list[int]):
+    """Per window of block_size (one after another), per layer every neuron's activation there: (T, N)."""
     blocks = model.residual_layers()
     names = [P.hook_name(model, block.ffwd.hook_post) for block in blocks]
     window = model.config.block_size
     device = model.token_embeddings().device
-    pieces = [[] for _ in blocks]
     for start in range(0, len(ids), window):
         chunk = torch.tensor(ids[start : start + window], device=device)[None]
         with eval_no_grad(model):
             _, cache = model.run_with_cache(chunk, names_filter=lambda name: name in names)
-        for layer, name in enumerate(names):
-            pieces[layer].append(P.host(cache[name][0]))
-    return [torch.cat(chunks) for chunks in pieces]
+        yield start, [P.host(cache[name][0]) for name in names]
+
+
+def activations(model, ids: list[int]) -> list[torch.Tensor]:
+    """Per layer, every neuron's activation at every position of ``ids``: (T, N)."""
+    return [torch.cat(chunks) for chunks in zip(*(acts for _, acts in windows(model, ids)), strict=True)]
+
+
+def strongest(model, ids: list[int], k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, (values, positions), each (min(k, len(ids)), N): every neuron's ``k`` largest activations over
+    ``ids`` and where, largest first; kept window by window, so a long text costs no more memory than k rows."""
+    best: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    for start, acts in windows(model, ids):
+        found = []
+        for layer, a in enumerate(acts):
+            where = torch.arange(start, start + a.size(0))[:, None].expand_as(a)
+            if best is not None:
+                a, where = torch.cat([best[layer][0], a]), torch.cat([best[layer][1], where])
+            values, rows = a.topk(min(k, a.size(0)), dim=0)
+            found.append((values, where.gather(0, rows)))
+        best = found
+    return best or []
 
 
 def pushes(model, layer: int, tokenizer, top: int = PUSHES) -> list[list[dict]]:
@@ -54,12 +72,10 @@ def neuron_examples(model, tokenizer, ids: list[int], k: int = 5, context: int =
     P.require_heads(model)
     text = P.pieces(tokenizer, ids)
     layers = []
-    for layer, acts in enumerate(activations(model, ids)):
-        top = min(k, acts.size(0))
-        values, where = acts.topk(top, dim=0)  # (top, N) each
+    for layer, (values, where) in enumerate(strongest(model, ids, k)):  # (k, N) each
         pushed = pushes(model, layer, tokenizer)
         neurons = []
-        for n in range(acts.size(1)):
+        for n in range(values.size(1)):
             examples = [{"position": p, "char": text[p], "context": "".join(text[max(0, p - context) : p + 1]),
                          "activation": float(a)} for a, p in zip(values[:, n].tolist(), where[:, n].tolist(),
                                                                   strict=True)]
