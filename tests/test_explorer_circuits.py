@@ -17,20 +17,28 @@ from tinylm.analysis.circuits.dla import direct_logit_attribution
 from tinylm.analysis.circuits.neurons import neuron_examples
 from tinylm.analysis.circuits.ov_qk import head_circuits, ov_circuit, positional_qk, qk_circuit
 from tinylm.checkpoint import load_model
-from tinylm.explorer import circuits
+from tinylm.explorer import circuits, views
 from tinylm.explorer.inprocess import client
 from tinylm.run_folder import checkpoint_in_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXT = "Attention is all you need"  # characters of TINY_TEXT (gpt_run reads it)
+SOURCE = "三千零五"  # a source of the numbers_zh translation run
+SEQ2SEQ = ["experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
+           "model.encoder_layers=1", "model.decoder_layers=2", "trainer.max_steps=30", "trainer.val_check_interval=30",
+           "callbacks.translation_maps.source='三千零五'", "logger=none", "trainer.enable_progress_bar=false",
+           "threads=1"]
 
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory, gpt_run, lstm_run):
+    from conftest import train_in_process
+
     runs = tmp_path_factory.mktemp("circuits") / "runs"
     shutil.copytree(gpt_run.path, runs / "gpt")
     shutil.copytree(lstm_run.path, runs / "lstm")
+    train_in_process(runs / "numbers", *SEQ2SEQ)  # an encoder-decoder (4 s)
     return runs
 
 
@@ -81,6 +89,44 @@ def test_dla_against_a_character_subtracts_its_logit(app, loaded):
     assert [p["logit"] for p in body["positions"]] == pytest.approx([p["logit"] for p in expected["positions"]])
 
 
+def test_a_translation_run_s_dla_attributes_its_greedy_translation_as_lm_dla_does(app, logdir):
+    import tinylm
+
+    status, body = get(app, "dla", run="numbers", text=SOURCE)
+    assert status == 200, body
+    lm = tinylm.load(checkpoint_in_run(logdir / "numbers").path)
+    expected = lm.dla(SOURCE)  # the source, with its greedy translation as the target (BEGIN first, then END)
+    assert body["tokens"] == expected["tokens"] and body["positions"] == json.loads(json.dumps(expected["positions"]))
+    translator = load_model(checkpoint_in_run(logdir / "numbers").path)
+    assert body["source"] == list(SOURCE)
+    assert body["translation"] == views.translation(translator, SOURCE)["translation"]
+    assert len(body["positions"]) == len(body["translation"]) + 1  # each character written, then the end
+    for position in body["positions"]:
+        assert {"crossL0H0", "crossL1H1", "L1H1", "mlp1"} <= set(position["parts"])
+        assert sum(position["parts"].values()) == pytest.approx(position["logit"], abs=1e-4)
+    status, body = get(app, "dla", run="numbers", text=SOURCE, against="3")
+    assert status == 200 and all(p["against"] == "3" for p in body["positions"])
+
+
+def test_a_translation_run_s_cross_heads_have_ov_and_qk_circuits(app, logdir):
+    translator = load_model(checkpoint_in_run(logdir / "numbers").path)
+    named = {e["name"]: e for e in head_circuits(translator.model, translator.tokenizer)["heads"]}
+    for layer in range(2):
+        for head in range(2):
+            status, ov = get(app, "ov", run="numbers", layer=layer, head=head, kind="cross")
+            assert status == 200 and ov["kind"] == "cross", ov
+            assert close(ov["ov"], ov_circuit(translator.model, layer, head, prefix="cross"))
+            assert ov["copying"] == named[f"crossL{layer}H{head}"]["copying"]
+            status, qk = get(app, "qk", run="numbers", layer=layer, head=head, kind="cross")
+            assert status == 200 and qk["positional"] is None and qk["kind"] == "cross"
+            assert close(qk["qk"], qk_circuit(translator.model, layer, head, prefix="cross"))
+            status, own = get(app, "ov", run="numbers", layer=layer, head=head)  # kind=self, the default
+            assert status == 200 and "kind" not in own and close(own["ov"], ov_circuit(translator.model, layer, head))
+            assert own["copying"] == named[f"L{layer}H{head}"]["copying"]
+    status, body = get(app, "circuits", run="numbers")
+    assert status == 200 and {e["name"] for e in body["heads"]} == set(named)
+
+
 def test_circuits_ov_and_qk_answer_the_functions_numbers(app, loaded):
     status, body = get(app, "circuits", run="gpt")
     assert status == 200
@@ -128,6 +174,15 @@ def test_neurons_answers_the_function_s_examples_over_the_whole_text(app, loaded
     ("dla", {"run": "gpt", "text": "Att☃"}, "'☃'"),
     ("dla", {"run": "gpt", "text": "Attention", "against": "ee"}, "one character"),
     ("dla", {"run": "gpt", "text": "Attention", "against": "☃"}, "against='☃'"),
+    ("dla", {"run": "gpt", "text": "A"}, "one character"),
+    ("dla", {"run": "gpt", "text": "A", "against": "e"}, "one character"),
+    ("dla", {"run": "numbers", "text": "三千\n十二"}, "one source line"),
+    ("dla", {"run": "numbers", "text": "abc"}, "source line 1"),
+    ("ov", {"run": "gpt", "layer": "0", "head": "0", "kind": "cross"}, "no cross-attention"),
+    ("qk", {"run": "numbers", "layer": "0", "head": "0", "kind": "encoder"}, "kind='encoder'"),
+    ("qk", {"run": "numbers", "layer": "2", "head": "0", "kind": "cross"}, "not a cross-attention head"),
+    ("neurons", {"run": "numbers", "text": SOURCE}, "reads a decoder's text"),
+    ("composition", {"run": "numbers"}, "decoders"),
     ("ov", {"run": "gpt", "layer": "0"}, "head parameter is missing"),
     ("ov", {"run": "gpt", "layer": "2", "head": "0"}, "not a head of this model: layers 0 to 1"),
     ("qk", {"run": "gpt", "layer": "0", "head": "x"}, "head='x'"),
@@ -191,8 +246,13 @@ def test_in_tensorboard_the_circuits_and_neurons_views_show_the_routes_numbers(g
         last = dla["positions"][-1]
         ui.wait_for(browser, page, f"$('.dla-about').textContent.includes('target {last['target']}')",
                     "its attribution")
-        shown = ui.tab(browser, page, "$$('.dla-grid td, .dla-parts td').map(c => [c.dataset.part, c.textContent])")
+        shown = ui.tab(browser, page, "$$('.dla-grid td[data-part]').map(c => [c.dataset.part, c.textContent])")
         assert dict(shown) == {part: f"{value:.2f}" for part, value in last["parts"].items()}
+        rows = ui.tab(browser, page, "$$('.dla-grid tr').map(r => [r.querySelector('th')?.textContent, "  # each MLP
+                      "[...r.querySelectorAll('td[data-part]')].map(c => c.dataset.part)])")  # in its layer's row
+        assert [row for row in rows if row[1]] == [["layer 0", ["L0H0", "L0H1", "mlp0"]],
+                                                   ["layer 1", ["L1H0", "L1H1", "mlp1"]],
+                                                   ["embeddings, biases", ["embed", "pos_embed", "bias"]]]
         ui.type_text(browser, page, "input.against", "e")
         ui.wait_for(browser, page, "$('.dla-about').textContent.includes('minus the logit of e')", "the difference")
         against = route("dla", run=run["name"], text="Attention", against="e")["positions"][-1]

@@ -13,10 +13,12 @@ relative URL: every other path is a file of ``static/`` (the catch-all route). T
     translate?run=R&text=SOURCE  a translation run's greedy translation and cross-attention
     training?run=R               the probe's attention at each logged step
     heads?run=R                  the head scores over steps
-    dla?run=R&text=T[&against=c]  direct logit attribution at each position (dla.json)
+    dla?run=R&text=T[&against=c]  direct logit attribution at each position (dla.json); a translation run's
+                                 text is a source, its greedy translation attributed
     circuits?run=R               each head's copying and positional previous-token scores (circuits.json)
-    ov?run=R&layer=L&head=H      a head's OV circuit (V x V) and copying score
-    qk?run=R&layer=L&head=H      a head's token QK (V x V) and positional QK (T x T) circuits
+    ov?run=R&layer=L&head=H[&kind=cross]   a head's OV circuit (V x V) and copying score (kind=cross: an
+                                 encoder-decoder's cross-attention head; self by default)
+    qk?run=R&layer=L&head=H[&kind=cross]   a head's token QK (V x V) and positional QK (T x T) circuits
     composition?run=R            Q-, K-, V-composition of earlier heads with later ones (composition.json)
     neurons?run=R&text=T[&k=5]   each MLP neuron's top examples in the text, the characters it pushes up
 
@@ -168,11 +170,13 @@ class TinyLMPlugin(base_plugin.TBPlugin):
 
     @json_route
     def serve_ov(self, request) -> dict:
-        return self.computed(request, circuits.ov, parameter(request, "layer"), parameter(request, "head"))
+        return self.computed(request, circuits.ov, parameter(request, "layer"), parameter(request, "head"),
+                             request.args.get("kind") or "self")
 
     @json_route
     def serve_qk(self, request) -> dict:
-        return self.computed(request, circuits.qk, parameter(request, "layer"), parameter(request, "head"))
+        return self.computed(request, circuits.qk, parameter(request, "layer"), parameter(request, "head"),
+                             request.args.get("kind") or "self")
 
     @json_route
     def serve_composition(self, request) -> dict:

@@ -13,10 +13,12 @@ const MAX_POSITIONS = 64; // the positional QK pattern shown: its first position
 const HEAD_PART = /^(cross)?L(\d+)H(\d+)$/;
 
 export function circuitsView(run, app) {
-  const state = { text: app.texts.get(run.name) ?? run.text ?? "", position: null, summed: false, head: app.head ?? [0, 0],
+  const translates = run.kind === "encoder-decoder"; // the text is a source; its greedy translation is attributed
+  const state = { text: app.texts.get(run.name) ?? run.text ?? "", position: null, summed: false,
+    head: app.head ?? [0, 0, ""], // layer, head, "" (self-attention) or "cross" (an encoder-decoder's cross-attention)
     gen: 0, dla: null, scores: null };
   const input = h("textarea", { class: "textin", rows: 2, maxlength: 4096, spellcheck: "false",
-    "aria-label": "your text", placeholder: "Type any text", readonly: Boolean(app.fixedText), title: app.fixedText });
+    "aria-label": "your text", placeholder: translates ? "Type a source to translate" : "Type any text", readonly: Boolean(app.fixedText), title: app.fixedText });
   input.value = state.text;
   const against = h("input", { class: "against", maxlength: 1, size: 2, spellcheck: "false", "aria-label": "against",
     readonly: Boolean(app.fixedText), title: app.fixedText ? "a saved view holds the attribution against no character"
@@ -32,7 +34,9 @@ export function circuitsView(run, app) {
 
   const root = h("div", { class: "view circuits-view" },
     h("div", { class: "card" }, h("label", { class: "card-title" }, "Direct logit attribution ",
-      h("span", { class: "muted" }, "· how much each part of the model pushes the true next character; click a character")),
+      h("span", { class: "muted" }, translates ? "· of the model's translation of the source typed: how much each part " +
+        "pushes each character it writes; click a character" : "· how much each part of the model pushes the true next " +
+        "character; click a character")),
     input, h("label", { class: "muted against-label" }, "against the character ", against,
       " (optional: attribute the logit difference)"), strip, dlaBox),
     h("div", { class: "cols" },
@@ -54,7 +58,9 @@ export function circuitsView(run, app) {
     }
     const last = data.positions.length - 1;
     const at = state.position === null || state.position > last ? last : state.position;
-    put(strip, data.tokens.map((tok, i) => tokenBox(tok, { class: !state.summed && i === at ? "picked" : "",
+    const tokens = data.source ? data.tokens.map((tok, i) => (i === 0 ? "begin" : tok)) : data.tokens;
+    const target = (p) => (data.source && p.position === last ? "end" : visible(p.target));
+    put(strip, data.tokens.map((_, i) => tokenBox(tokens[i], { class: !state.summed && i === at ? "picked" : "",
       dataset: { pos: i }, onclick: () => { state.position = i; state.summed = false; drawDla(); } })));
     const parts = {};
     let logit = 0;
@@ -66,39 +72,56 @@ export function circuitsView(run, app) {
     const p = data.positions[at];
     const what = p.against !== undefined ? `logit differences (minus ${visible(p.against)}'s)` : "logits";
     const about = state.summed ? `summed over the ${data.positions.length} positions: the ${what} of each true next character add up to ${logit.toFixed(2)}`
-      : `position ${at} (${visible(data.tokens[at])}) → target ${visible(p.target)}: logit ${p.logit.toFixed(2)}` +
+      : `position ${at} (${visible(tokens[at])}) → target ${target(p)}: logit ${p.logit.toFixed(2)}` +
         (p.against !== undefined ? ` (minus the logit of ${visible(p.against)})` : "");
     const toggle = h("button", { class: "btn dla-mode", onclick: () => { state.summed = !state.summed; drawDla(); } },
       state.summed ? "show one position" : "sum over the text");
-    put(dlaBox, h("div", { class: "summary dla-about" }, about, " ", toggle), dlaTables(parts));
+    const translation = data.source ? h("div", { class: "caption translation-of", dataset: { translation: data.translation } },
+      `${data.source.join("")} → ${data.translation || "(nothing)"}: the model's greedy translation, read from begin, ` +
+      "each position attributed for the character it writes next (the last: the end)") : null;
+    put(dlaBox, translation, h("div", { class: "summary dla-about" }, about, " ", toggle), dlaTables(parts));
   }
 
+  // One grid as the REPORT figure draws it: a row per layer (an encoder-decoder's cross-attention heads in a row
+  // of their own under their layer's), its heads then its MLP; the embeddings and the biases in the last row.
   function dlaTables(parts) {
     const scale = largest(Object.values(parts));
-    const grids = new Map(); // "" or "cross" -> [[layer, head, value]]
+    const rows = new Map(); // "0" or "cross0" -> { layer, kind, heads: Map(head -> value), mlp }
+    const row = (layer, kind) => {
+      const key = `${kind}${layer}`;
+      if (!rows.has(key)) rows.set(key, { layer, kind, heads: new Map(), mlp: undefined });
+      return rows.get(key);
+    };
     const others = [];
+    let heads = 0;
     for (const [name, v] of Object.entries(parts)) {
       const found = HEAD_PART.exec(name);
-      if (!found) { others.push([name, v]); continue; }
-      const kind = found[1] || "";
-      if (!grids.has(kind)) grids.set(kind, []);
-      grids.get(kind).push([Number(found[2]), Number(found[3]), v]);
+      const mlp = /^mlp(\d+)$/.exec(name);
+      if (found) {
+        row(Number(found[2]), found[1] || "").heads.set(Number(found[3]), v);
+        heads = Math.max(heads, Number(found[3]) + 1);
+      } else if (mlp) row(Number(mlp[1]), "").mlp = v;
+      else others.push([name, v]);
     }
-    const tables = [...grids].map(([kind, cells]) => {
-      const layers = Math.max(...cells.map((c) => c[0])) + 1;
-      const heads = Math.max(...cells.map((c) => c[1])) + 1;
-      const value = new Map(cells.map(([l, hd, v]) => [`${l}.${hd}`, v]));
-      return h("table", { class: "grid dla-grid", dataset: { kind: kind || "self" } },
-        h("tr", {}, h("th", {}, kind ? "cross-attention" : ""), Array.from({ length: heads }, (_, hd) => h("th", {}, `head ${hd}`))),
-        Array.from({ length: layers }, (_, l) => h("tr", {}, h("th", { class: "rowlabel" }, `layer ${l}`),
-          Array.from({ length: heads }, (_, hd) => valueCell(value.get(`${l}.${hd}`), scale,
-            { dataset: { part: `${kind}L${l}H${hd}` } })))));
-    });
-    const rest = h("table", { class: "grid dla-parts" }, h("tr", {}, others.map(([name]) => h("th", {}, name))),
-      h("tr", {}, others.map(([name, v]) => valueCell(v, scale, { dataset: { part: name } }))));
-    return h("div", { class: "cols dla-tables" }, tables.map((table) => h("div", {}, h("div", { class: "caption" },
-      "each head's output (through W_O)"), table)),
-    h("div", {}, h("div", { class: "caption" }, "the other parts of the stream"), rest));
+    const ordered = [...rows.values()].sort((a, b) => a.layer - b.layer || (a.kind ? 1 : 0) - (b.kind ? 1 : 0));
+    const columns = Math.max(heads + 1, others.length);
+    const fill = (n, make) => Array.from({ length: Math.max(n, 0) }, make);
+    const blank = () => h("td", { class: "blank" }, "");
+    const grid = h("table", { class: "grid dla-grid" },
+      h("tr", {}, h("th"), fill(heads, (_, hd) => h("th", {}, `head ${hd}`)), h("th", {}, "MLP"),
+        fill(columns - heads - 1, () => h("th"))),
+      ordered.map((r) => h("tr", { dataset: { layer: r.layer, kind: r.kind || "self" } },
+        h("th", { class: "rowlabel" }, `${r.kind ? "cross-attention " : ""}layer ${r.layer}`),
+        fill(heads, (_, hd) => (r.heads.has(hd) ? valueCell(r.heads.get(hd), scale,
+          { dataset: { part: `${r.kind}L${r.layer}H${hd}` } }) : blank())),
+        r.mlp === undefined ? blank() : valueCell(r.mlp, scale, { dataset: { part: `mlp${r.layer}` } }),
+        fill(columns - heads - 1, blank))),
+      h("tr", { class: "dla-parts-names" }, h("th"), others.map(([name]) => h("th", { class: "part-name" }, name)),
+        fill(columns - others.length, () => h("th"))),
+      h("tr", { class: "dla-parts", dataset: { kind: "stream" } }, h("th", { class: "rowlabel" }, "embeddings, biases"),
+        others.map(([name, v]) => valueCell(v, scale, { dataset: { part: name } })), fill(columns - others.length, blank)));
+    return h("div", { class: "dla-tables" }, h("div", { class: "caption" }, "each head's output (through W_O) and " +
+      "each MLP's, in its layer's row; the embeddings and the biases in the last row"), grid);
   }
 
   async function loadDla(gen) {
@@ -116,32 +139,37 @@ export function circuitsView(run, app) {
   // ---- heads, OV, QK
   function drawHeads() {
     const data = state.scores;
-    const layers = Math.max(...data.heads.map((x) => x.layer)) + 1;
+    const kindOf = (x) => (HEAD_PART.exec(x.name ?? "")?.[1] || "");
+    const rows = [...new Set(data.heads.map((x) => `${x.layer}:${kindOf(x)}`))].map((key) => key.split(":"))
+      .map(([l, kind]) => [Number(l), kind]).sort((a, b) => a[0] - b[0] || a[1].length - b[1].length);
     const heads = Math.max(...data.heads.map((x) => x.head)) + 1;
     const table = h("table", { class: "grid head-circuits" }, h("tr", {}, h("th"),
       Array.from({ length: heads }, (_, hd) => h("th", {}, `head ${hd}`))));
-    for (let l = 0; l < layers; l++) {
-      table.append(h("tr", {}, h("th", { class: "rowlabel" }, `layer ${l}`), Array.from({ length: heads }, (_, hd) => {
-        const entry = data.heads.find((x) => x.layer === l && x.head === hd && !x.cross) || {};
-        const picked = state.head[0] === l && state.head[1] === hd;
-        const prev = entry.positional_previous_token;
-        return h("td", { class: picked ? "pick picked" : "pick", dataset: { head: `${l}.${hd}` },
-          onclick: () => { state.head = [l, hd]; drawHeads(); loadHead(); } },
-        h("div", {}, `copying ${fixed(entry.copying)}`), h("div", { class: "muted" }, `prev. token ${fixed(prev)}`));
-      })));
+    for (const [l, kind] of rows) {
+      table.append(h("tr", {}, h("th", { class: "rowlabel" }, `${kind ? "cross-attention " : ""}layer ${l}`),
+        Array.from({ length: heads }, (_, hd) => {
+          const entry = data.heads.find((x) => x.layer === l && x.head === hd && kindOf(x) === kind) || {};
+          const picked = state.head[0] === l && state.head[1] === hd && (state.head[2] || "") === kind;
+          const prev = entry.positional_previous_token;
+          return h("td", { class: picked ? "pick picked" : "pick", dataset: { head: `${kind}${l}.${hd}` },
+            onclick: () => { state.head = [l, hd, kind]; drawHeads(); loadHead(); } },
+          h("div", {}, `copying ${fixed(entry.copying)}`), h("div", { class: "muted" }, `prev. token ${fixed(prev)}`));
+        })));
     }
     put(headsBox, table, h("div", { class: "caption muted" }, "copying: the fraction of characters whose largest OV " +
-      "output is the character itself; prev. token: the positional QK's softmax on the key one back (none with rope)."),
+      "output is the character itself; prev. token: the positional QK's softmax on the key one back (none with rope" +
+      " and for cross-attention heads, whose keys are the source's)."),
     data.folded ? h("div", { class: "caption muted" }, `Left out: ${data.folded}`) : null);
   }
 
   async function loadHead() {
-    const [layer, head] = state.head;
-    headTitle.textContent = `layer ${layer}, head ${head}`;
+    const [layer, head, kind] = state.head;
+    const params = { run: run.name, layer, head, kind: kind || undefined }; // self: no kind (the routes' default)
+    headTitle.textContent = `${kind ? "cross-attention " : ""}layer ${layer}, head ${head}`;
     put(ovBox, message("loading", "Loading the OV circuit…"));
     put(qkBox, message("loading", "Loading the QK circuits…"));
-    get("ov", { run: run.name, layer, head }).then((data) => drawOv(data), (e) => put(ovBox, failed(e)));
-    get("qk", { run: run.name, layer, head }).then((data) => drawQk(data), (e) => put(qkBox, failed(e)));
+    get("ov", params).then((data) => drawOv(data), (e) => put(ovBox, failed(e)));
+    get("qk", params).then((data) => drawQk(data), (e) => put(qkBox, failed(e)));
   }
 
   function drawOv(data) {
@@ -169,6 +197,9 @@ export function circuitsView(run, app) {
       parts.push(h("div", { class: "caption" }, `Positions: the pattern from positions alone (softmax of each query row; ` +
         `the first ${shown.length} of ${data.positional.length}); previous-token score ${fixed(data.positional_previous_token)}`),
       heatmap(causalSoftmax(shown, 1 / Math.sqrt(data.head_size)), labels, labels, { colours: "viridis", name: "positional", size: 380 }));
+    } else if (data.kind === "cross") {
+      parts.push(message("note", "A cross-attention head: its queries are the target's characters (rows), its keys " +
+        "the source's (columns), read through the encoder's final norm (the encoder's layers left out); no positional QK."));
     } else {
       parts.push(message("note", "No positional QK: this model's positions are not added to the residual stream " +
         "(rotary positions turn the queries and keys instead), so only the token QK applies."));
@@ -210,7 +241,8 @@ export function circuitsView(run, app) {
   get("circuits", { run: run.name }).then((data) => { state.scores = data; drawHeads(); loadHead(); },
     (e) => { put(headsBox, failed(e)); put(ovBox); put(qkBox); });
   put(compBox, message("loading", "Loading the composition scores…"));
-  get("composition", { run: run.name }).then(drawComposition, (e) => put(compBox, failed(e)));
+  get("composition", { run: run.name }).then(drawComposition,
+    (e) => put(compBox, translates ? message("note", e.message) : failed(e))); // an encoder-decoder: not its circuit
   return root;
 }
 

@@ -15,7 +15,8 @@ export const VIEWS = [
   { id: "text", name: "Your text", build: textView, fits: (run) => run.task !== "translation" },
   { id: "training", name: "Training", build: trainingView, fits: (run) => run.kind !== "rnn" },
   { id: "heads", name: "Heads", build: headsView, fits: (run) => run.kind !== "rnn" },
-  { id: "circuits", name: "Circuits", build: circuitsView, fits: (run) => run.kind !== "rnn" && run.task !== "translation" },
+  { id: "circuits", name: "Circuits", build: circuitsView, // an encoder-decoder's too: its translation, cross heads
+    fits: (run) => run.kind !== "rnn" && (run.task !== "translation" || run.kind === "encoder-decoder") },
   { id: "neurons", name: "Neurons", build: neuronsView, fits: (run) => run.kind !== "rnn" && run.task !== "translation" },
   { id: "translation", name: "Translation", build: translationView, fits: (run) => run.task === "translation" },
 ];
