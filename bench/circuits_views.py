@@ -21,7 +21,8 @@ from pathlib import Path
 
 import notebook_views as nv
 
-READY = "$('.dla-grid td') && $('canvas.heatmap[data-name=ov]') && $('table.composition-grid')"
+READY = ("$('.dla-grid td') && $('canvas.heatmap[data-name=ov]') && "
+         "($('table.composition-grid') || $('.composition .msg.note'))")  # an encoder-decoder: a note
 
 
 def show_dla(page: nv.Page, position: int | None = None, summed: bool = False) -> dict:
@@ -35,15 +36,18 @@ def show_dla(page: nv.Page, position: int | None = None, summed: bool = False) -
         page.wait_for("$('.dla-about').textContent.startsWith('summed')", "the sum over the text")
     page.js("window.scrollTo(0, 0)")
     return {"about": page.js("$('.dla-about').firstChild.textContent"),
-            "cells": page.js("$$('.dla-grid td').length")}
+            "cells": page.js("$$('.dla-grid td[data-part]').length"),
+            "rows": page.js("$$('.dla-grid tr').map(r => [r.querySelector('th')?.textContent, [...r.querySelectorAll("
+                            "'td[data-part]')].map(c => c.dataset.part)]).filter(r => r[1].length)")}  # row: its parts
 
 
 def pick_head(page: nv.Page, head: str | None) -> None:
     page.wait_for(READY, "the circuits view")
     if head is not None:
         page.click(f'td.pick[data-head="{head}"]')
-        layer, index = head.split(".")
-        page.wait_for(f"$('.head-title').textContent === 'layer {layer}, head {index}' && "
+        layer, index = head.removeprefix("cross").split(".")
+        title = f"{'cross-attention ' if head.startswith('cross') else ''}layer {layer}, head {index}"
+        page.wait_for(f"$('.head-title').textContent === '{title}' && "
                       "$('canvas.heatmap[data-name=ov]') && $('canvas.heatmap[data-name=qk]')",
                       f"head {head}'s circuits")
 

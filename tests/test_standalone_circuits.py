@@ -28,6 +28,10 @@ import notebook_views as nv  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXT = "Attention is all"  # characters of TINY_TEXT, within block_size (16)
+SOURCE = "三千零五"  # a source of the numbers_zh translation run
+SEQ2SEQ = ["experiment=numbers_zh", "data.demo_pairs=300", "model.n_embd=16", "model.num_heads=2",
+           "model.encoder_layers=1", "model.decoder_layers=2", "trainer.max_steps=30", "trainer.val_check_interval=30",
+           "logger=none", "trainer.enable_progress_bar=false", "threads=1"]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +110,9 @@ def test_in_chromium_the_saved_circuits_view_draws_the_ov_heatmap_with_no_error(
     copying = held(views[0])["ov", (("head", "1"), ("layer", "1"))]["copying"]
     assert ov["drawn"] is True and float(ov["copying"]) == pytest.approx(copying)
     assert ov["readout"].startswith("attending to ")  # a cell hovered
-    assert dla["about"].startswith("summed over the 15 positions") and dla["cells"] == 4
+    assert dla["about"].startswith("summed over the 15 positions") and dla["cells"] == 4 + 2 + 3
+    assert dla["rows"] == [["layer 0", ["L0H0", "L0H1", "mlp0"]], ["layer 1", ["L1H0", "L1H1", "mlp1"]],  # each MLP in
+                           ["embeddings, biases", ["embed", "pos_embed", "bias"]]]  # its layer's row, not layer 0's
     assert neurons["layer"] == 1 and neurons["examples"] == 5
 
 
@@ -131,3 +137,59 @@ def test_a_circuits_page_holds_the_heads_asked_for_or_those_within_its_budget(lo
     copying = {(e["layer"], e["head"]): e["copying"] for e in head_circuits(loaded.model, loaded.tokenizer)["heads"]}
     kept = sorted((int(dict(p)["layer"]), int(dict(p)["head"])) for route, p in held(view) if route == "ov")
     assert len(kept) == 2 and min(copying[h] for h in kept) >= max(v for h, v in copying.items() if h not in kept)
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory):
+    from conftest import train_in_process
+
+    run = tmp_path_factory.mktemp("translator") / "numbers"
+    train_in_process(run, *SEQ2SEQ)  # an encoder-decoder (4 s)
+    return load_model(checkpoint(run))
+
+
+def test_a_translation_model_s_circuits_view_holds_its_cross_heads_and_its_translation_s_attribution(translator):
+    import tinylm
+
+    view = standalone.circuits_view(translator, SOURCE)
+    answers = held(view)
+    assert answers["dla", (("text", SOURCE),)] == as_json(circuits.dla(translator, SOURCE))
+    assert answers["dla", (("text", SOURCE),)]["source"] == list(SOURCE)
+    assert "decoders" in answers["composition", ()]["error"]
+    for layer in range(2):
+        for head in range(2):
+            params = (("head", str(head)), ("kind", "cross"), ("layer", str(layer)))
+            assert answers["ov", params] == as_json(circuits.ov(translator, layer, head, "cross"))
+            assert answers["qk", params]["kind"] == "cross" and answers["qk", params]["positional"] is None
+            assert answers["ov", params[:1] + params[2:]] == as_json(circuits.ov(translator, layer, head))
+    asked = standalone.circuits_view(translator, SOURCE, heads=["cross1.0"])
+    held_ov = [p for route, p in held(asked) if route == "ov"]
+    assert held_ov == [(("head", "0"), ("kind", "cross"), ("layer", "1"))]
+    assert asked.data["head"] == [1, 0, "cross"]
+    lm = tinylm.load(translator.path)
+    assert lm.show_circuits(SOURCE).data == view.data
+    for call in (lambda: lm.show_circuits("abc"), lambda: lm.show_circuits("三千\n十二")):
+        with pytest.raises(TinyLMError, match="source line 1|one source line"):
+            call()
+    with pytest.raises(TinyLMError, match="reads a decoder's text"):
+        lm.show_neurons(SOURCE)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium: apt-get install chromium fonts-noto-cjk")
+def test_in_chromium_a_translation_model_s_circuits_view_shows_its_cross_heads(translator, tmp_path):
+    page = standalone.circuits_view(translator, SOURCE).save(tmp_path / "circuits.html").as_uri()
+    browser = nv.Browser(nv.tb.find_chromium(), str(tmp_path / "profile"), tmp_path / "chromium.log")
+    try:
+        dla = nv.shoot(browser, page, None, cv.show_dla, tmp_path / "dla.png", 1000, 900)
+        ov = nv.shoot(browser, page, None, lambda p: cv.show_ov(p, "cross1.0"), tmp_path / "ov.png", 1000, 900)
+    finally:
+        browser.close()
+    for result in (dla, ov):
+        assert result["errors"] == [] and result["foreign_requests"] == [], result
+    assert [label for label, _ in dla["rows"]] == ["layer 0", "cross-attention layer 0", "layer 1",
+                                                   "cross-attention layer 1", "embeddings, biases"]
+    assert dla["rows"][1][1] == ["crossL0H0", "crossL0H1"] and dla["rows"][2][1] == ["L1H0", "L1H1", "mlp1"]
+    copying = circuits.ov(translator, 1, 0, "cross")["copying"]
+    assert ov["drawn"] is True and float(ov["copying"]) == pytest.approx(copying)

@@ -237,15 +237,23 @@ def heads_view(loaded: LoadedModel, *, text: str | None = None) -> View:
     return saved("heads", run, answers, f"tinylm · head scores of {run['label']}", about=about)
 
 
-def circuit_heads(scores: dict, heads, vocabulary: int, block_size: int) -> list[tuple[int, int]]:
-    """The heads whose OV and QK a circuits view holds: ``heads`` ("1.0" or (1, 0)), else every head while
-    their matrices stay within ``MAX_CIRCUIT_VALUES`` (the largest copying scores first; one head at least)."""
-    every = sorted({(entry["layer"], entry["head"]) for entry in scores["heads"] if not entry.get("cross")})
+def circuit_heads(scores: dict, heads, vocabulary: int, block_size: int) -> list[tuple[int, int, str]]:
+    """The heads (layer, head, "" or "cross") whose OV and QK a circuits view holds: ``heads`` ("1.0" or (1, 0);
+    "cross1.0": an encoder-decoder's cross-attention head), else every head while their matrices stay within
+    ``MAX_CIRCUIT_VALUES`` (the largest copying scores first; one head at least)."""
+    def kind(entry: dict) -> str:
+        return "cross" if entry.get("name", "").startswith("cross") else ""
+
+    every = sorted({(entry["layer"], entry["head"], kind(entry)) for entry in scores["heads"]})
     if heads is not None:
-        run = {"layers": max(layer for layer, _ in every) + 1, "heads": max(head for _, head in every) + 1}
-        return [tuple(int(part) for part in name.split(".")) for name in heads_named(heads, run)]
+        run = {"layers": max(layer for layer, _, _ in every) + 1, "heads": max(head for _, head, _ in every) + 1}
+        cross = any(prefix for _, _, prefix in every)
+        named = [(name[5:], "cross") if cross and isinstance(name, str) and name.startswith("cross") else (name, "")
+                 for name in heads]
+        return sorted({(*(int(part) for part in name.split(".")), prefix) for prefix in ("", "cross")
+                       for name in heads_named([n for n, p in named if p == prefix], run)})
     per_head = 2 * vocabulary * vocabulary + block_size * block_size
-    copying = {(entry["layer"], entry["head"]): entry["copying"] for entry in scores["heads"] if not entry.get("cross")}
+    copying = {(entry["layer"], entry["head"], kind(entry)): entry["copying"] for entry in scores["heads"]}
     ranked = sorted(every, key=lambda head: -copying[head])
     return sorted(ranked[:max(1, MAX_CIRCUIT_VALUES // per_head)])
 
@@ -255,36 +263,45 @@ def circuits_view(loaded: LoadedModel, text: str | None = None, *, heads=None) -
     position and summed, the heads' OV circuits with their copying scores, their token and positional QK,
     and the composition scores (``tinylm.explorer.circuits``, the analysis' own functions). It holds the OV
     and QK of every head while they stay within ``MAX_CIRCUIT_VALUES`` numbers (a large vocabulary: the
-    heads that copy most), else of ``heads`` ("1.0" or (1, 0)); it opens on the first."""
-    if loaded.task == "translation" or is_encoder_decoder(loaded.model):
-        raise TinyLMError("this model translates: its cross-attention's circuits are in lm.dla(...) and "
-                          "lm.circuits(); the circuits view reads a decoder's text")
+    heads that copy most), else of ``heads`` ("1.0" or (1, 0)); it opens on the first. An encoder-decoder's
+    text is one source line, its greedy translation attributed; its cross-attention heads are "cross1.0"."""
+    translates = is_encoder_decoder(loaded.model)
+    if loaded.task == "translation" and not translates:
+        raise TinyLMError("this decoder-only model translates source + BEGIN + target in one stream: its circuits "
+                          "are in lm.dla(...) and lm.circuits(); the circuits view reads a decoder's text or an "
+                          "encoder-decoder's source")
     text = probe_of(loaded) if text is None else text
     with one_thread():
         scores = circuits.heads(loaded)  # a model without heads: its one line, raised here
-        views.encoded(loaded, text)  # and a text it cannot read
+        if translates:
+            dla = circuits.dla(loaded, text)  # a source it cannot read: its one line, raised here
+        else:
+            views.encoded(loaded, text)  # a text it cannot read
+            dla = answered(circuits.dla, loaded, text)
         config = loaded.model.config
         heads = circuit_heads(scores, heads, config.vocab_size, config.block_size)
         answers = [{"route": "circuits", "params": {}, "answer": scores},
-                   {"route": "dla", "params": {"text": text}, "answer": answered(circuits.dla, loaded, text)},
+                   {"route": "dla", "params": {"text": text}, "answer": dla},
                    {"route": "composition", "params": {}, "answer": answered(circuits.composition, loaded)}]
-        for layer, head in heads:
-            params = {"head": str(head), "layer": str(layer)}
-            answers += [{"route": "ov", "params": params, "answer": answered(circuits.ov, loaded, layer, head)},
-                        {"route": "qk", "params": params, "answer": answered(circuits.qk, loaded, layer, head)}]
+        for layer, head, prefix in heads:
+            params = {"head": str(head), "layer": str(layer), **({"kind": prefix} if prefix else {})}
+            kind = prefix or "self"
+            answers += [{"route": "ov", "params": params, "answer": answered(circuits.ov, loaded, layer, head, kind)},
+                        {"route": "qk", "params": params, "answer": answered(circuits.qk, loaded, layer, head, kind)}]
+    names = ", ".join(f"{prefix}{layer}.{head}" for layer, head, prefix in heads)
     return saved("circuits", run_of(loaded, text), answers, f"tinylm · circuits · {text[:40]}",
                  fixed="A saved view of this text: to attribute another, call lm.show_circuits(text) with it",
-                 head=list(heads[0]), missing_head="Not in this saved view (it holds the OV and QK circuits of "
-                 f"{', '.join(f'{layer}.{head}' for layer, head in heads)}): call lm.show_circuits(text, "
-                 "heads=['{head}']) for this head's, or open the run in the tinylm tab.")
+                 head=list(heads[0]) if heads[0][2] else list(heads[0][:2]),
+                 missing_head=f"Not in this saved view (it holds the OV and QK circuits of {names}): call "
+                 "lm.show_circuits(text, heads=['{head}']) for this head's, or open the run in the tinylm tab.")
 
 
 def neurons_view(loaded: LoadedModel, text: str | None = None) -> View:
     """The tab's "Neurons" view of ``text`` (None: the run's probe): each MLP neuron's top ``k`` positions in
     it (k = 5, as neurons_view.js asks), in their context, and the characters its output pushes up."""
     if loaded.task == "translation" or is_encoder_decoder(loaded.model):
-        raise TinyLMError("this model translates: read its neurons with lm.neurons(); the neurons view reads a "
-                          "decoder's text")
+        raise TinyLMError("this model translates: the neurons view reads a decoder's text, one stream; an "
+                          "encoder-decoder's cross-attention heads are in lm.show_circuits(source)")
     text = probe_of(loaded) if text is None else text
     with one_thread():
         answer = circuits.neurons(loaded, text, TOP_K)  # a text or model it cannot read: its one line, raised here

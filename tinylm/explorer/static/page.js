@@ -71,7 +71,7 @@ function savedHost(data) {
 /** What a saved view says of a question it holds no answer to: a note, not an error. */
 function missing(data, params) {
   if (params.layer !== undefined && data.missing_head) {
-    return Object.assign(new ApiError(data.missing_head.replace("{head}", `${params.layer}.${params.head}`)), { note: true });
+    return Object.assign(new ApiError(data.missing_head.replace("{head}", `${params.kind ?? ""}${params.layer}.${params.head}`)), { note: true });
   }
   const heads = (params.ablate || "").split(",").filter(Boolean);
   const text = heads.length && data.missing ? data.missing.replace("{ablate}", JSON.stringify(heads))
