@@ -41,6 +41,7 @@ ANALYZE = (
     Option("neurons_k", integer(1), " (each neuron's strongest positions kept)"),
     Option("neurons_context", integer(0), " (characters shown before each neuron's position)"),
     Option("neurons_text", nullable(rule(lambda v: isinstance(v, str) and bool(v), "a text"), ", or null"),
-           " (any length, read in windows: where the neurons' strongest positions are looked for; null: text)"),
+           " (any length, read in windows: where the neurons' strongest positions are looked for; null: the "
+           "run's validation text)"),
     THREADS,
 )
