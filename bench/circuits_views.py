@@ -8,7 +8,13 @@ Regenerate the screenshots (from the repository root; the model as bench/noteboo
 
     python train.py experiment=induction_heads data.path=/tmp/repeats.txt seed=1 hydra.run.dir=/tmp/views/induction
     python bench/circuits_views.py /tmp/views/induction/checkpoints/last.ckpt --out docs/screenshots \\
-        --text k3xq2ahk3xq2ah0cq5zt0cq5zt --head 1.1 --position 10
+        --text k3xq2ahk3xq2ah0cq5zt0cq5zt --head 1.1 --qk-head 0.0 --position 10
+
+A translation run (an encoder-decoder: the source's greedy translation attributed, a cross-attention head):
+
+    python train.py experiment=numbers_zh trainer.max_steps=300 hydra.run.dir=/tmp/views/numbers
+    python bench/circuits_views.py /tmp/views/numbers/checkpoints/last.ckpt --out docs/screenshots \
+        --prefix circuits-numbers --only dla --head cross1.0 --text 三千零五 --position 1
 """
 
 from __future__ import annotations
@@ -124,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         scratch = Path(scratch)
         shown = sorted({head for head in (args.head, args.qk_head) if head}) or None  # None: as many as it holds
         circuits = standalone.circuits_view(loaded, args.text, heads=shown).save(scratch / "circuits.html").as_uri()
-        neurons = standalone.neurons_view(loaded, args.text).save(scratch / "neurons.html").as_uri()
+        neurons = None if args.only and "neurons" not in args.only.split(",") else (  # none for a translation
+            standalone.neurons_view(loaded, args.text).save(scratch / "neurons.html").as_uri())
         browser = nv.Browser(nv.tb.find_chromium(), str(scratch / "profile"), scratch / "chromium.log")
         try:
             for name, url, show, height in (
