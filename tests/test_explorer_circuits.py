@@ -253,6 +253,10 @@ def test_in_tensorboard_the_circuits_and_neurons_views_show_the_routes_numbers(g
         assert [row for row in rows if row[1]] == [["layer 0", ["L0H0", "L0H1", "mlp0"]],
                                                    ["layer 1", ["L1H0", "L1H1", "mlp1"]],
                                                    ["embeddings, biases", ["embed", "pos_embed", "bias"]]]
+        ui.type_text(browser, page, "textarea.textin", "A")  # one character: nothing to attribute, one note
+        ui.wait_for(browser, page, "$('.dla .msg.note')?.textContent.startsWith('Type at least two')", "the note")
+        ui.type_text(browser, page, "textarea.textin", "Attention")
+        ui.wait_for(browser, page, f"$('.dla-about')?.textContent.includes('target {last['target']}')", "it again")
         ui.type_text(browser, page, "input.against", "e")
         ui.wait_for(browser, page, "$('.dla-about').textContent.includes('minus the logit of e')", "the difference")
         against = route("dla", run=run["name"], text="Attention", against="e")["positions"][-1]
@@ -272,6 +276,55 @@ def test_in_tensorboard_the_circuits_and_neurons_views_show_the_routes_numbers(g
         expected = [e["position"] for e in neurons["layers"][0]["neurons"][3]["examples"]]
         positions = ui.tab(browser, page, "$$('table.neuron-examples tr[data-position]').map(r => +r.dataset.position)")
         assert positions == expected
+        assert ui.tab(browser, page, "$$('.msg.error').length") == 0
+    finally:
+        if browser:
+            browser.close()
+        tb.stop(server.proc)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_in_tensorboard_a_translation_run_s_circuits_view_attributes_its_translation(tmp_path):
+    import sys
+    import urllib.parse
+
+    from conftest import ROOT, train_in_process
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import tensorboard_screenshots as tb
+    import tinylm_tab as ui
+
+    if not any(shutil.which(name) for name in tb.CHROMIUM_NAMES):
+        pytest.skip("needs Chromium: apt-get install chromium fonts-noto-cjk")
+    train_in_process(tmp_path / "runs" / "numbers", *SEQ2SEQ)
+    server = tb.TensorBoard(tmp_path / "runs", tb.free_port(), tmp_path / "tensorboard.log")
+    browser = None
+    try:
+        assert server.wait_for_data(0, ["tinylm"], timeout=90) == {"tinylm"}, tb.last_line(server.log)
+        browser = tb.Chromium(tb.find_chromium(), str(tmp_path / "profile"), tmp_path / "chromium.log")
+        page = browser.open(f"{server.url}/#tinylm", 1280, 900, timeout=60)
+        ui.wait_for(browser, page, "$('button.tab[data-view=circuits]') && "
+                    "!$('button.tab[data-view=circuits]').disabled", "the circuits tab, offered", timeout=60)
+        assert ui.tab(browser, page, "$('button.tab[data-view=neurons]').disabled") is True
+        ui.click(browser, page, 'button.tab[data-view="circuits"]')
+        ui.wait_for(browser, page, "$('.dla-grid td[data-part]') && $('canvas.heatmap[data-name=ov]')", "the view")
+        ui.type_text(browser, page, "textarea.textin", SOURCE)
+        query = urllib.parse.urlencode({"run": "numbers", "text": SOURCE})
+        dla = server.get(f"/data/plugin/tinylm/dla?{query}")
+        ui.wait_for(browser, page, f"$('.translation-of')?.dataset.translation === {json.dumps(dla['translation'])}",
+                    "the translation's attribution")
+        shown = ui.tab(browser, page, "$$('.dla-grid td[data-part]').map(c => [c.dataset.part, c.textContent])")
+        assert dict(shown) == {part: f"{value:.2f}" for part, value in dla["positions"][-1]["parts"].items()}
+        labels = ui.tab(browser, page, "$$('.dla-grid tr th.rowlabel').map(th => th.textContent)")
+        assert labels == ["layer 0", "cross-attention layer 0", "layer 1", "cross-attention layer 1",
+                          "embeddings, biases"]
+        ui.click(browser, page, 'td.pick[data-head="cross1.0"]')
+        ui.wait_for(browser, page, "$('.head-title').textContent === 'cross-attention layer 1, head 0' && "
+                    "$('.ov .summary')?.dataset.copying !== undefined && $('.qk canvas.heatmap')", "the cross head")
+        ov = server.get("/data/plugin/tinylm/ov?run=numbers&layer=1&head=0&kind=cross")
+        assert float(ui.tab(browser, page, "$('.ov .summary').dataset.copying")) == pytest.approx(ov["copying"])
+        assert "decoders" in ui.tab(browser, page, "$('.composition .msg.note').textContent")
         assert ui.tab(browser, page, "$$('.msg.error').length") == 0
     finally:
         if browser:

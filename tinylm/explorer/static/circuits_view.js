@@ -126,6 +126,10 @@ export function circuitsView(run, app) {
 
   async function loadDla(gen) {
     if (!state.text) return put(dlaBox, message("note", "Type a text above."));
+    if (!translates && [...state.text].length < 2) { // the route's one line, said before asking it
+      put(strip);
+      return put(dlaBox, message("note", "Type at least two characters: each position is attributed for the next one."));
+    }
     try {
       const data = await get("dla", { run: run.name, text: state.text, against: against.value });
       if (gen !== state.gen) return;
