@@ -21,17 +21,24 @@ from tinylm.models.base import eval_no_grad
 PUSHES = 5
 
 
-def windows(model, ids: list[int]):
-    """Per window of block_size (one after another), per layer every neuron's activation there: (T, N)."""
+def windows(model, ids: list[int], batch: int = 64):
+    """Per window of block_size (one after another; ``batch`` whole windows run at once), its start and per layer
+    every neuron's activation there: (T, N)."""
     blocks = model.residual_layers()
     names = [P.hook_name(model, block.ffwd.hook_post) for block in blocks]
     window = model.config.block_size
     device = model.token_embeddings().device
-    for start in range(0, len(ids), window):
-        chunk = torch.tensor(ids[start : start + window], device=device)[None]
+    whole = list(range(0, len(ids) - window + 1, window))
+    groups = [whole[i : i + batch] for i in range(0, len(whole), batch)]
+    if len(ids) % window:  # a shorter last window runs on its own
+        groups.append([len(ids) - len(ids) % window])
+    for group in groups:
+        chunk = torch.tensor([ids[start : start + window] for start in group], device=device)
         with eval_no_grad(model):
             _, cache = model.run_with_cache(chunk, names_filter=lambda name: name in names)
-        yield start, [P.host(cache[name][0]) for name in names]
+        acts = [P.host(cache[name]) for name in names]  # (B, T, N) each
+        for b, start in enumerate(group):
+            yield start, [a[b] for a in acts]
 
 
 def activations(model, ids: list[int]) -> list[torch.Tensor]:
