@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from tinylm.analysis.circuits import parts as P
+import tinylm.analysis.circuits.parts as P
 from tinylm.errors import TinyLMError
 
 BASELINE_DRAWS = 200

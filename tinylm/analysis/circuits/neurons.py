@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from tinylm.analysis.circuits import parts as P
+import tinylm.analysis.circuits.parts as P
 from tinylm.models.base import eval_no_grad
 
 PUSHES = 5

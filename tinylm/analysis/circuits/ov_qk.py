@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from tinylm.analysis.circuits import parts as P
+import tinylm.analysis.circuits.parts as P
 
 FOLDED = ("Direct path only (token embedding -> head -> output head; what earlier layers write is left out). "
           "Each embedding or position row goes through the norm before the head on its own: centred (LayerNorm), "
