@@ -53,10 +53,10 @@ def test_what_both_tasks_use_lives_outside_the_text_task():
 def test_outside_the_tasks_the_package_imports_no_task_package_but_for_a_tasks_own_work():
     """The text task is no common library: nothing of the package imports it outside its own package (the
     configs name its data module and views as strings). Translation is imported only where its own decoding
-    is the work (the explorer's translate route, the analyses of an encoder-decoder, the Python API's
-    translation) and for the config check of its demo pairs."""
+    is the work (the explorer's translate route and its circuits of a translation, the analyses of an
+    encoder-decoder, the Python API's translation) and for the config check of its demo pairs."""
     own_work = {"tinylm/explorer/views.py", "tinylm/analysis/translation.py", "tinylm/training/config_checks.py",
-                "tinylm/api/translation.py"}
+                "tinylm/api/translation.py", "tinylm/explorer/circuits.py"}
     reaches = {}
     for path in sorted((ROOT / "tinylm").rglob("*.py")):
         if path.is_relative_to(TASKS_DIR):

@@ -61,6 +61,12 @@ class Task:
         """What does not fit this task in a training config, each one line naming the fix."""
         return []
 
+    def validation_text(self, data: dict) -> str | None:
+        """The validation text of a run whose data config is ``data`` (its recorded ``data`` group), split as
+        training splits it, read without building the data module (no Lightning) and never downloaded; None
+        for a task whose data is not one text. A missing or unreadable file is a TinyLMError."""
+        return None
+
     def data_arguments(self, model_class: type) -> dict:
         """What the data module takes from the model (the training job adds block_size and seed)."""
         return {}

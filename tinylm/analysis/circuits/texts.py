@@ -1,10 +1,10 @@
 """Which text the neurons are read on: the run's validation text, as ``evaluate.py split=val`` scores it.
 
 The run's recorded config (``.hydra/config.yaml`` beside the checkpoint's folder) names its data file and how
-training split it (``tinylm.commands.evaluate.build_data``, the data module's ``read_split``: the last
-``data.val_fraction`` of the characters). At most ``VALIDATION_CHARS`` characters of it are read (its start),
-in windows of block_size. Without a run config, a data file, or a validation text the tokenizer can read, the
-caller falls back to its probe text, and says why.
+training split it; its task reads that split (``Task.validation_text``: the last ``data.val_fraction`` of the
+characters, as the data module's ``read_split``), without Lightning. At most ``VALIDATION_CHARS`` characters
+of it are read (its start), in windows of block_size. Without a run config, a data file, or a validation text
+the tokenizer can read, the caller falls back to its probe text, and says why.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def validation_text(loaded) -> tuple[str | None, str]:
     it cannot be read). Never downloads: a data file that is missing is a reason, not a fetch."""
     from omegaconf import OmegaConf
 
-    from tinylm.commands.evaluate import DATA_KEYS, build_data, run_config
+    from tinylm.commands.evaluate import run_config
+    from tinylm.tasks import get_task
 
     if loaded.path is None:
         return None, "the model was not loaded from a run folder"
@@ -34,22 +35,23 @@ def validation_text(loaded) -> tuple[str | None, str]:
         saved = run_config(Path(loaded.path))
         if saved is None:
             return None, f"no recorded run config beside {loaded.path}"
-        datamodule = build_data(OmegaConf.create({"data": dict.fromkeys(DATA_KEYS)}), loaded, Path(loaded.path))
-        if not hasattr(datamodule, "read_split"):
+        data = OmegaConf.to_container(saved.data, resolve=True)
+        path = data.get("path")
+        if path and not _exists(Path(path)):
+            return None, f"the run's data file {path} is missing"
+        whole = get_task(loaded.task).validation_text(data)
+        if whole is None:
             return None, "the run's data is not one text"
-        if not _exists(datamodule.path):
-            return None, f"the run's data file {datamodule.path} is missing"
-        whole = datamodule.read_split()[1]
     except TinyLMError as e:
         return None, str(e)
     if not whole:
         return None, "the run has no validation text (data.val_fraction=0)"
     text = whole[:VALIDATION_CHARS]
     if loaded.tokenizer.unknown(text):
-        return None, f"the run's data file {datamodule.path} holds characters the tokenizer does not know"
+        return None, f"the run's data file {path} holds characters the tokenizer does not know"
     shown = f"its first {len(text):,} of {len(whole):,} characters" if len(text) < len(whole) else \
         f"{len(text):,} characters"
-    return text, f"the run's validation text of {datamodule.path} ({shown})"
+    return text, f"the run's validation text of {path} ({shown})"
 
 
 def neurons_text(loaded, given: str | None, probe: str | None, probe_name: str = "the probe text"):

@@ -117,6 +117,13 @@ def newlines_before(path: Path, encoding: str, end: int, chunk_bytes: int) -> in
     return lines
 
 
+def split_text(text: str, val_fraction: float) -> tuple[str, str]:
+    """The training and the validation text: the last ``val_fraction`` of the characters is validation. The
+    text is split (not its ids) so that the validation text's exact character count is known."""
+    n_val_chars = int(len(text) * val_fraction)
+    return text[: len(text) - n_val_chars], text[len(text) - n_val_chars :]
+
+
 class Corpus:
     """The text of ``data.path`` (a file, a folder of .txt files or a glob), ``repeat`` times, in chunks."""
 

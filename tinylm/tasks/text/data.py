@@ -24,7 +24,7 @@ from tinylm.errors import TinyLMError
 from tinylm.tasks.data import SeededBatches, batch_loader, data_identity, stream_position
 from tinylm.tasks.data_file import DEFAULT_MAX_MIB, default_corpus_path, download
 from tinylm.tasks.text import token_cache
-from tinylm.tasks.text.corpus import Corpus
+from tinylm.tasks.text.corpus import Corpus, split_text
 from tinylm.tasks.text.tokens import encode_ids, tokenize
 from tinylm.textfile import MIB
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
@@ -92,10 +92,7 @@ class TextDataModule(L.LightningDataModule):
         Raises TinyLMError on bad input."""
         corpus = self.corpus()
         corpus.check_cap(self.max_mib)
-        text = corpus.read()
-        # Split the text (not the ids) so the validation text's exact character count is known.
-        n_val_chars = int(len(text) * self.val_fraction)
-        return text[: len(text) - n_val_chars], text[len(text) - n_val_chars :]
+        return split_text(corpus.read(), self.val_fraction)
 
     def corpus(self) -> Corpus:
         """The text of data.path (downloaded first when missing and data.url says where from), in chunks."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -18,6 +19,15 @@ class TextTask(Task):
     name = "text"
     data_target = "tinylm.tasks.text.data.TextDataModule"
     views = ("sample_text", "attention_maps", "next_token_probes", "head_scores")
+
+    def validation_text(self, data: dict) -> str | None:
+        from tinylm.tasks.data_file import DEFAULT_MAX_MIB, default_corpus_path
+        from tinylm.tasks.text.corpus import Corpus, split_text
+
+        corpus = Corpus(Path(data.get("path") or default_corpus_path()), data.get("encoding") or "utf-8",
+                        data.get("errors") or "strict", data.get("repeat") or 1)
+        corpus.check_cap(data.get("max_mib") or DEFAULT_MAX_MIB)
+        return split_text(corpus.read(), data.get("val_fraction", 0.1))[1]
 
     def config_problems(self, cfg, model_class) -> list[str]:
         if is_encoder_decoder(model_class):
