@@ -11,12 +11,13 @@ import pytest
 import torch
 from conftest import ROOT
 
-from tinylm.analysis.hooks import ablated, head_means, heads_switched_off, hooked
+from tinylm.analysis.hooks import ablated, head_means, heads_switched_off
 from tinylm.callbacks.shapes import MEANINGS, shape_rows
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.generation.sampling import generate
 from tinylm.models.gpt import GPT, GPTConfig
+from tinylm.models.hook_points import hooked
 from tinylm.models.rnn import RNNConfig, RNNLanguageModel
 from tinylm.models.seq2seq import PAD_ID, Seq2Seq, Seq2SeqConfig
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from tinylm.analysis.hooks import Head, ablated, head_means, hooked
+from tinylm.analysis.hooks import Head, ablated, head_means
 from tinylm.analysis.probe import Probe
 from tinylm.errors import TinyLMError
 from tinylm.models.base import LanguageModel, eval_no_grad
+from tinylm.models.hook_points import hooked
 from tinylm.values import check_value, integer
 
 SCORES = ("previous_token", "induction", "entropy")  # read from the attention weights

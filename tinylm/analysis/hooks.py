@@ -22,23 +22,9 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from tinylm.models.hook_points import HookFn, HookPoint, recorded
+from tinylm.models.hook_points import HookFn, HookPoint, hooked, recorded
 
 Head = tuple[int, int]  # (layer, head), both counted from 0
-Hooks = Iterable[tuple[HookPoint, HookFn]]  # (a hook point, fn(tensor, hook) -> a replacement or None)
-
-
-@contextmanager
-def hooked(hooks: Hooks = ()) -> Iterator[None]:
-    """``(hook point, fn)`` pairs attached for the ``with`` block (``HookPoint.add_hook``), removed after it."""
-    handles = []
-    try:
-        for point, fn in hooks:
-            handles.append(point.add_hook(fn))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def heads_replaced(attentions: list[nn.Module], heads: Iterable[Head],

@@ -18,8 +18,9 @@ import math
 import torch
 
 from tinylm.analysis.heads import all_heads
-from tinylm.analysis.hooks import head_outputs, heads_replaced, hooked, residual_replaced, residuals
+from tinylm.analysis.hooks import head_outputs, heads_replaced, residual_replaced, residuals
 from tinylm.analysis.probe import Probe
+from tinylm.models.hook_points import hooked
 
 
 def patched_residual_logits(corrupt: Probe, clean_streams: list[torch.Tensor], layer: int,

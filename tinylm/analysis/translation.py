@@ -17,11 +17,12 @@ decoder's residual stream on the first pair (``tinylm.analysis.lens``).
 from __future__ import annotations
 
 from tinylm.analysis.heads import ABLATIONS, all_heads, entropy
-from tinylm.analysis.hooks import ablated, head_means, hooked
+from tinylm.analysis.hooks import ablated, head_means
 from tinylm.analysis.probe import Probe
 from tinylm.console import unescape
 from tinylm.errors import TinyLMError
 from tinylm.models.base import eval_no_grad
+from tinylm.models.hook_points import hooked
 from tinylm.tasks.translation.batches import collate
 from tinylm.tasks.translation.decoding import encode_source, longest_source, translate, translation_scores
 

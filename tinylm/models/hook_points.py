@@ -122,16 +122,23 @@ def summary(points: dict[str, HookPoint]) -> str:
 
 
 @contextmanager
-def attached(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NamesFilter, HookFn]]) -> Iterator[None]:
-    """``fwd_hooks`` ((names, fn) pairs) attached for the ``with`` block, removed after it, also after an error."""
+def hooked(hooks: Iterable[tuple[HookPoint, HookFn]] = ()) -> Iterator[None]:
+    """``(hook point, fn)`` pairs attached for the ``with`` block, removed after it, also after an error: the one
+    place hooks are attached and removed."""
     handles = []
     try:
-        for names, fn in hook_pairs(fwd_hooks):
-            handles += [points[name].add_hook(fn) for name in select(points, names)]
+        for point, fn in hooks:
+            handles.append(point.add_hook(fn))
         yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+def attached(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NamesFilter, HookFn]]):
+    """``fwd_hooks`` ((names, fn) pairs) attached for a ``with`` block (``hooked``); a bad pair or an unknown name
+    is refused before any hook is attached."""
+    return hooked([(points[name], fn) for names, fn in hook_pairs(fwd_hooks) for name in select(points, names)])
 
 
 def hook_pairs(fwd_hooks) -> list[tuple[NamesFilter, HookFn]]:
@@ -188,11 +195,7 @@ def keeper(cache: ActivationCache) -> HookFn:
 def recorded(points: list[HookPoint], run: Callable[[], object]) -> list[torch.Tensor]:
     """What each of ``points`` saw during ``run()``, in the order given (each must be reached)."""
     seen: dict[int, torch.Tensor] = {}
-    handles = [point.add_hook(lambda tensor, hook, i=i: seen.__setitem__(i, tensor.detach()))
-               for i, point in enumerate(points)]
-    try:
+    with hooked([(point, lambda tensor, hook, i=i: seen.__setitem__(i, tensor.detach()))
+                 for i, point in enumerate(points)]):
         run()
-    finally:
-        for handle in handles:
-            handle.remove()
     return [seen[i] for i in range(len(points))]
