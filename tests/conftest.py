@@ -84,10 +84,10 @@ def script_in_process(script: str, *args: str, check: bool = True, cwd: Path | N
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
+    from tinylm.api.training import logging_state, restore_logging
+
     argv, threads = sys.argv, torch.get_num_threads()
-    loggers = {logger: (logger.disabled, logger.level, logger.propagate, logger.handlers[:])
-               for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
-               if isinstance(logger, logging.Logger)}
+    loggers = logging_state()
     signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     out, err, code = io.StringIO(), io.StringIO(), 0
     sys.argv, launched_from = [str(ROOT / script), *args], os.getcwd()
@@ -111,16 +111,7 @@ def script_in_process(script: str, *args: str, check: bool = True, cwd: Path | N
         os.chdir(launched_from)
         # Hydra's logging config of that run: its console and train.log handlers, and loggers it
         # disabled (hydra/job_logging=disabled disables every logger that exists)
-        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
-            if not isinstance(logger, logging.Logger):
-                continue
-            disabled, level, propagate, handlers = loggers.get(logger, (False, logger.level, logger.propagate,
-                                                                       logger.handlers[:]))
-            for handler in logger.handlers:
-                if handler not in handlers:
-                    handler.close()
-            logger.handlers[:], logger.disabled, logger.propagate = handlers, disabled, propagate
-            logger.setLevel(level)
+        restore_logging(loggers)
         for signum, handler in signals.items():
             signal.signal(signum, handler)
         torch.set_num_threads(threads)
