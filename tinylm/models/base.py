@@ -185,6 +185,18 @@ class LanguageModel(nn.Module):
         """(part, parameter count) rows, in the order of the forward pass."""
         raise NotImplementedError
 
+    @staticmethod
+    def counted(parts: list[tuple[str, nn.Module | None]]) -> list[tuple[str, int]]:
+        """(part, parameter count) rows of named modules (None: 0), a parameter shared by two parts (a tied
+        head's matrix) counted once, with the first."""
+        seen: set[int] = set()
+        rows = []
+        for name, module in parts:
+            params = [p for p in (module.parameters() if module is not None else ()) if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            rows.append((name, sum(p.numel() for p in params)))
+        return rows
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

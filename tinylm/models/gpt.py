@@ -321,13 +321,7 @@ class GPT(Decoder):
         parts = [("token_embedding", self.token_embedding), ("position_embedding", self.position_embedding)]
         parts += [(f"blocks.{i}", block) for i, block in enumerate(self.blocks)]
         parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
-        seen: set[int] = set()
-        rows = []
-        for name, module in parts:
-            params = [p for p in (module.parameters() if module is not None else ()) if id(p) not in seen]
-            seen.update(id(p) for p in params)
-            rows.append((name, sum(p.numel() for p in params)))
-        return rows
+        return self.counted(parts)
 
     def new_cache(self, batch_size: int, device=None, dtype=torch.float32) -> KVCaches:
         return KVCaches.empty([block.attn for block in self.blocks], batch_size, device, dtype)

@@ -261,7 +261,7 @@ class Seq2Seq(EncoderDecoder):
         parts += [("ln_memory", self.ln_memory)]
         parts += [(f"decoder.{i}", block) for i, block in enumerate(self.decoder)]
         parts += [("ln_f", self.ln_f), ("lm_head", self.lm_head)]
-        return [(name, sum(p.numel() for p in m.parameters()) if m is not None else 0) for name, m in parts]
+        return self.counted(parts)
 
     def dimensions(self) -> dict[str, int]:
         c = self.config
