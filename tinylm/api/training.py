@@ -82,21 +82,25 @@ def in_notebook() -> bool:
     return "ipykernel" in sys.modules
 
 
+def makes_sweep(override: str) -> bool:
+    """Whether an override sets one of the keys that make a run a sweep (``SWEEPS``)."""
+    return override.lstrip("+~").partition("=")[0] in SWEEPS
+
+
 def refuse_sweeps(overrides: list[str]) -> None:
     """One line for what ``python train.py`` runs but one ``Run`` cannot hold: a sweep, Hydra's own flags."""
     for override in overrides:
         if override.startswith("-"):
             raise TinyLMError(f"tinylm.train takes overrides, not {override}: sweeps and Hydra's flags are "
                               f"`python train.py {override} ...`'s")
-        key = override.lstrip("+~").partition("=")[0]
-        if key in SWEEPS:
+        if makes_sweep(override):
             raise TinyLMError(f"{override} makes a sweep of several runs, and tinylm.train trains one: run the sweep "
                               f"with `python train.py -m ... {override}`, then tinylm.load each job's folder")
 
 
 def resumed_sweep(argv: list[str]) -> None:
     """One line if a resume brought back a sweep's settings (``ckpt_path=last`` of a job of an optuna sweep)."""
-    sweep = [arg for arg in argv if arg in ("-m", "--multirun") or arg.lstrip("+~").partition("=")[0] in SWEEPS]
+    sweep = [arg for arg in argv if arg in ("-m", "--multirun") or makes_sweep(arg)]
     if sweep:
         raise TinyLMError(f"this resume continues a sweep ({' '.join(sweep)}), and tinylm.train trains one run: "
                           "resume the sweep with `python train.py` as it was started, then tinylm.load each job")
