@@ -5,10 +5,14 @@ other Python object is refused before anything in it can run. A tinylm checkpoin
 to rebuild the model and tokenizer as plain data ("model_config", "tokenizer", "state_dict"; see
 ``tinylm.training.module``), and Lightning's ``hyper_parameters`` the task it was trained for
 (``tinylm.tasks.task_of_checkpoint``).
+
+A saved model folder (``lm.save_pretrained``: ``model.safetensors`` and ``config.json``) is read the same way
+(``load_saved``): safetensors holds tensors only, and the config is JSON checked against the weights.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -19,7 +23,15 @@ from typing import TYPE_CHECKING
 from tinylm.errors import TinyLMError
 from tinylm.models import NotImported, build, described, model_spec
 from tinylm.models.sizes import weights_problem
-from tinylm.run_folder import CHECKPOINTS_DIR, HYDRA_DIR, TRAIN_HINT, shown_path, small_record
+from tinylm.run_folder import (
+    CHECKPOINTS_DIR,
+    HYDRA_DIR,
+    SAVED_CONFIG,
+    SAVED_WEIGHTS,
+    TRAIN_HINT,
+    shown_path,
+    small_record,
+)
 from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.base import LoadedModel
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
@@ -29,6 +41,10 @@ if TYPE_CHECKING:
     from tinylm.models import LanguageModel, ModelConfig
 
 REQUIRED_KEYS = ("state_dict", "model_config", "tokenizer")
+# a saved model folder (tinylm.interop.saved writes it): config.json's "tinylm_format", what a newer layout changes
+SAVED_FORMAT, TOKENIZER_FILE = 1, "tokenizer.json"
+MAX_SAVED_CONFIG = 64 * 2**20  # a config.json larger than this is not one tinylm wrote
+SAVED_FIX = "save it again with lm.save_pretrained(folder), or load the checkpoint it came from"
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -127,6 +143,8 @@ def load_model(path: str | Path, why: str = "") -> LoadedModel:
     tokenizer from a checkpoint file alone, once ``model_parts`` found them consistent and
     ``tinylm.models.build`` found that the model fits in memory (else one TinyLMError line, ``refusing_invalid``).
     """
+    if Path(path).name == SAVED_WEIGHTS:  # a saved model folder's weights (tinylm.run_folder.saved_model)
+        return load_saved(path, why)
     checkpoint = read_checkpoint(path)
     with refusing_invalid(path):
         cls, config, tokenizer, weights = model_parts(checkpoint)
@@ -135,3 +153,72 @@ def load_model(path: str | Path, why: str = "") -> LoadedModel:
         task = task_of_checkpoint(checkpoint, type(model))
     tokenizer.origin = vocabulary_origin(path)
     return LoadedModel(model.eval(), tokenizer, Path(path), checkpoint.get("global_step"), task, why)
+
+
+# --------------------------------------------------------------------------------------------
+# A saved model folder (``lm.save_pretrained``): config.json and model.safetensors
+
+
+def read_saved_config(folder: Path) -> dict:
+    """config.json of a saved model folder, checked to be one tinylm wrote (one TinyLMError line if not)."""
+    path = folder / SAVED_CONFIG
+    try:
+        if path.stat().st_size > MAX_SAVED_CONFIG:
+            raise ValueError(f"it is larger than {MAX_SAVED_CONFIG // 2**20} MiB")
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise TinyLMError(f"{shown_path(path)} cannot be read as JSON ({type(e).__name__}: {e}): {SAVED_FIX}") from None
+    if not isinstance(config, dict) or "tinylm_format" not in config:
+        raise TinyLMError(f"{shown_path(path)} is not a tinylm model's config (no tinylm_format): {SAVED_FIX}")
+    if config["tinylm_format"] != SAVED_FORMAT:
+        raise TinyLMError(f"{shown_path(path)} has tinylm_format {config['tinylm_format']!r}, and this tinylm reads "
+                          f"format {SAVED_FORMAT}: upgrade tinylm, or save the model again with this one")
+    return config
+
+
+def saved_tokenizer_state(folder: Path, config: dict):
+    """The tinylm tokenizer state config.json names (a BPE tokenizer's JSON read from its file)."""
+    state = config.get("tokenizer")
+    if isinstance(state, dict) and state.get("kind") == "bpe" and "json" not in state:
+        name = state.get("file")
+        if name != TOKENIZER_FILE:  # only the one file beside it: a config names no path to read
+            raise ValueError(f"the BPE tokenizer's file must be {TOKENIZER_FILE}, not {name!r}")
+        state = {"kind": "bpe", "json": (folder / TOKENIZER_FILE).read_text(encoding="utf-8")}
+    return state
+
+
+def load_saved(weights_path: str | Path, why: str = "") -> LoadedModel:
+    """The model, tokenizer and task of the saved model folder whose weights file is ``weights_path``: its
+    config checked against its weights before the model is built (``tinylm.checkpoint.model_parts``)."""
+    weights_path = Path(weights_path)
+    folder = weights_path.parent
+    config = read_saved_config(folder)
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError:
+        raise TinyLMError(f"reading {shown_path(folder)} needs safetensors: pip install -e .") from None
+    try:
+        weights = load_file(weights_path)
+    except (SafetensorError, OSError) as e:
+        raise TinyLMError(f"{shown_path(weights_path)} cannot be read ({e}): the file is damaged or truncated: "
+                          f"{SAVED_FIX}") from None
+    try:
+        step = config.get("global_step")
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+            raise ValueError(f"global_step must be a whole number or null, not {step!r}")
+        if not isinstance(config.get("model"), dict):
+            raise ValueError(f"its \"model\" must be the model's config (a JSON object), not {config.get('model')!r}")
+        task = {"task": config["task"]} if "task" in config else {}  # without one: text, or an encoder-decoder's
+        checkpoint = {"model_config": config["model"], "state_dict": weights,
+                      "tokenizer": saved_tokenizer_state(folder, config), "hyper_parameters": task}
+        cls, model_cfg, tokenizer, weights = model_parts(checkpoint)
+        model = build(cls, model_cfg)
+        model.load_state_dict(weights)
+        task = task_of_checkpoint(checkpoint, cls)
+    except (NotImported, TinyLMError) as e:
+        raise TinyLMError(f"saved model {shown_path(folder)}: {e}") from None
+    except (TypeError, ValueError, KeyError, RuntimeError, OSError) as e:
+        raise TinyLMError(f"saved model {shown_path(folder)} is not valid: {one_line(e, SHORT)}: {SAVED_FIX}") from None
+    tokenizer.origin = f"saved model {shown_path(folder)}"
+    return LoadedModel(model.eval(), tokenizer, weights_path, step, task, why)

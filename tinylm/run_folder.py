@@ -36,6 +36,7 @@ from tinylm.textfile import MIB, read_capped_bytes
 
 CHECKPOINTS_DIR, LAST_NAME, BEST_PREFIX, CKPT_SUFFIX = "checkpoints", "last.ckpt", "best-", ".ckpt"
 LAST_CHECKPOINT = Path(CHECKPOINTS_DIR) / LAST_NAME
+SAVED_CONFIG, SAVED_WEIGHTS = "config.json", "model.safetensors"  # a saved model folder (lm.save_pretrained)
 TMP_SUFFIX = ".tmp"  # a checkpoint being written: <name>.ckpt.tmp
 HYDRA_DIR = ".hydra"  # where Hydra records a run's config (hydra.output_subdir)
 MARKER, METRICS, ERROR, CLAIM = "running.json", "metrics.json", "error.txt", "claim.json"
@@ -235,12 +236,21 @@ def best_or_last(path: Path) -> str:
     return "best" if path.name.startswith(BEST_PREFIX) else "last"
 
 
+def saved_model(folder: str | Path) -> Path | None:
+    """The weights file of a saved model folder (``lm.save_pretrained``: ``model.safetensors`` beside a
+    ``config.json``, regular files), which the commands read as a checkpoint (tinylm.interop.saved); else None."""
+    weights = Path(folder) / SAVED_WEIGHTS
+    return weights if weights.is_file() and (Path(folder) / SAVED_CONFIG).is_file() else None
+
+
 def checkpoint_in_run(run_dir: str | Path) -> Chosen:
-    """The checkpoint to sample from in one run folder: its best, else its last."""
+    """The checkpoint to sample from in one run folder: its best, else its last; a saved model folder's weights."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         fix = "pass a checkpoint file as ckpt_path=..." if run_dir.is_file() else "check run_dir=..."
         raise TinyLMError(f"run folder {run_dir} {what_it_is(run_dir)}: {fix}")
+    if saved := saved_model(run_dir):
+        return Chosen(saved, "a saved model folder")
     found = run_checkpoints(run_dir)
     if not found:
         raise TinyLMError(
@@ -327,6 +337,8 @@ def choose_checkpoint(ckpt_path: str | Path | None = None, run_dir: str | Path |
         raise TinyLMError("both ckpt_path and run_dir are set: pass only one of them")
     if ckpt_path:
         path = Path(ckpt_path)
+        if path.is_dir() and (saved := saved_model(path)):
+            return Chosen(saved, "a saved model folder")
         if not path.is_file():
             fix = "pass a .ckpt file as ckpt_path=..., or a run folder as run_dir=..." if path.is_dir() else \
                 "check ckpt_path=..."

@@ -8,7 +8,8 @@ the commands do with them, through the same code, so the figures and texts agree
 - ``score``: ``evaluate.py``'s windows and loss (``tinylm.tasks.text``) on a text you pass;
 - ``run_with_cache`` / ``run_with_hooks``: one forward pass of batch size 1 through the model's named hook
   points (``tinylm.models.hook_points``), in eval mode without gradients;
-- ``show`` / ``show_heads``: the explorer's views in a notebook cell (``tinylm.explorer.standalone``).
+- ``show`` / ``show_heads``: the explorer's views in a notebook cell (``tinylm.explorer.standalone``);
+- ``save_pretrained`` / ``to_transformer_lens``: the Hugging Face layout and TransformerLens (``tinylm.api.interop``).
 
 A text is read whole, never cut: one longer than the model reads at once (a Transformer's ``block_size``) is
 one TinyLMError line for ``run_with_cache``/``run_with_hooks``; ``generate`` slides its window as
@@ -26,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from tinylm.api.circuits import CircuitsMixin
+from tinylm.api.interop import InteropMixin
 from tinylm.api.loading import Source, load_checkpoint
 from tinylm.console import checkpoint_name
 from tinylm.errors import TinyLMError
@@ -38,12 +40,13 @@ SCORED = "the text"  # how score's messages name the text it was given
 
 
 def load(source: Source = None) -> LM:
-    """A checkpoint file, a run folder, a sweep job's folder, or None (the newest run's best checkpoint under
-    ``outputs/``, as ``generate.py`` picks it) as an ``LM``; a source that cannot be loaded: one TinyLMError."""
+    """A checkpoint file, a run folder, a sweep job's folder, a saved model folder (``lm.save_pretrained``), or
+    None (the newest run's best checkpoint under ``outputs/``, as ``generate.py`` picks it) as an ``LM``; a source
+    that cannot be loaded: one TinyLMError."""
     return LM(load_checkpoint(source))
 
 
-class LM(CircuitsMixin):
+class LM(CircuitsMixin, InteropMixin):
     """A trained model and its tokenizer, ready to generate, score, run with hooks and show."""
 
     def __init__(self, loaded: LoadedModel):
