@@ -23,6 +23,7 @@ __version__ = "0.1.0"  # the package's version (pyproject.toml reads it from her
 _LAZY = {
     "load": "tinylm.api.lm:load",
     "LM": "tinylm.api.lm:LM",
+    "load_transformer_lens": "tinylm.interop.transformer_lens:load",  # export.py format=transformer_lens's folder
     "train": "tinylm.api.training:train",
     "Run": "tinylm.api.training:Run",
     "GPT": "tinylm.models.gpt:GPT",

@@ -36,6 +36,14 @@ def real_dir(path: Path) -> bool:
         return False
 
 
+def regular_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file, not a link to one."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def checkpoint_stamp(path: Path) -> tuple[int, int]:
     """What changes when checkpoint ``path`` is rewritten (its modification time in ns, its size), when the
     tab may read it; one TinyLMError when it may not (gone, not a regular file, over the cap)."""

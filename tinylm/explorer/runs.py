@@ -2,7 +2,8 @@
 
 A run folder (``tinylm.run_folder``) holds its checkpoints and either Hydra's record or TensorBoard event
 files: a training run (``runs/<time>/``) or a sweep's job
-(``multirun/<time>/<job>/``), at most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run
+(``multirun/<time>/<job>/``); a saved model folder (``model.safetensors``, ``config.json``) is listed as a run
+with that one checkpoint and no events. At most ``MAX_DEPTH`` folders below the logdir (or the logdir itself). A run
 is named by its path relative to the logdir, as TensorBoard names runs; its events are TensorBoard's
 run(s) ``<name>[/...]``, and the run picker shows the run as TensorBoard lists it (``RunFolder.label``: a sweep
 job's swept settings after its name). The browser only ever sends such a name back: ``Runs.find`` looks it up in the
@@ -30,6 +31,8 @@ from tinylm.run_folder import (
     EARLIER_EVENTS_DIR,
     HYDRA_DIR,
     LAST_CHECKPOINT,
+    SAVED_CONFIG,
+    SAVED_WEIGHTS,
     events_folder,
     holds_event_files,
     run_checkpoints,
@@ -64,6 +67,8 @@ class RunFolder:
         """The checkpoint ``generate.py run_dir=`` picks (the best, else the last) of those the tab may read
         (``run_checkpoints``, read only); NoCheckpoint if none."""
         found = run_checkpoints(self.path, read_only=True)
+        if not found and (saved := saved_weights(self.path)):
+            found = [saved]
         if not found:
             raise NoCheckpoint(f"run {self.name!r} has no checkpoint (a regular file {CHECKPOINTS_DIR}/{BEST_PREFIX}*"
                                f"{CKPT_SUFFIX} or {LAST_CHECKPOINT}, not a link) yet: pick a run from the runs list")
@@ -95,7 +100,16 @@ def sub_folders(folder: Path) -> list[Path]:
         return []
 
 
+def saved_weights(folder: Path) -> Path | None:
+    """A saved model folder's weights (``lm.save_pretrained``, ``export.py format=huggingface``), which the tab
+    reads as a run's checkpoint: ``model.safetensors`` and ``config.json`` regular files, not links; else None."""
+    weights = folder / SAVED_WEIGHTS
+    return weights if all(runfiles.regular_file(p) for p in (weights, folder / SAVED_CONFIG)) else None
+
+
 def is_run_folder(path: Path) -> bool:
+    if saved_weights(path):
+        return True
     if not runfiles.real_dir(path / CHECKPOINTS_DIR):
         return False
     if runfiles.real_dir(path / HYDRA_DIR):

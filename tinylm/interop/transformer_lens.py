@@ -34,6 +34,7 @@ from tinylm.errors import TinyLMError
 INSTALL = 'pip install -e ".[interop]"'
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "transformer_lens"  # config.json's "tinylm_export", what ``load`` checks
+TOLERANCE = 1e-4  # the most an exported model's logits may differ from tinylm's (float32)
 
 
 def require_transformer_lens():
@@ -169,3 +170,17 @@ def load(folder: str | Path):
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), model_max_length=2**31 - 1,
                                         clean_up_tokenization_spaces=False, eos_token=END, pad_token=END)
     return build_hooked(config, load_file(folder / WEIGHTS_FILE), tokenizer)
+
+
+def compare(model, tokenizer, folder: Path) -> float:
+    """The largest difference between ``model``'s logits and those of the TransformerLens model ``folder`` holds,
+    on a text of the model's own tokens (every id once, as many as fit): what an export is checked with."""
+    tl_model = load(folder)
+    ids = torch.arange(model.config.vocab_size)[: model.config.block_size][None]  # (1, T)
+    with torch.no_grad():
+        ours, theirs = model(ids)[0], tl_model(ids)  # (1, T, V) each
+    difference = (ours - theirs).abs().max().item()
+    if not difference <= TOLERANCE:
+        raise TinyLMError(f"the TransformerLens model in {folder} gives logits {difference:.1e} away from tinylm's "
+                          f"(more than {TOLERANCE:.0e}): please report this with the checkpoint")
+    return difference
