@@ -25,6 +25,7 @@ An exported folder (``save``) holds ``config.json`` (the ``HookedTransformerConf
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -117,7 +118,9 @@ def hooked_state_dict(model) -> dict[str, torch.Tensor]:
 def build_hooked(config: dict, state: dict[str, torch.Tensor], tokenizer):
     """A ``HookedTransformer`` of ``config`` holding ``state`` as it is, with ``tokenizer`` (transformers')."""
     tl = require_transformer_lens()
-    model = tl.HookedTransformer(tl.HookedTransformerConfig(**config), tokenizer=tokenizer, move_to_device=False)
+    with warnings.catch_warnings():  # 3.x's note that 4.0 drops HookedTransformer: why the extra pins 3.x
+        warnings.filterwarnings("ignore", "HookedTransformer is deprecated", DeprecationWarning)
+        model = tl.HookedTransformer(tl.HookedTransformerConfig(**config), tokenizer=tokenizer, move_to_device=False)
     model.load_and_process_state_dict(state, fold_ln=False, center_writing_weights=False, center_unembed=False,
                                       fold_value_biases=False)
     return model.eval()
