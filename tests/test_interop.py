@@ -198,7 +198,8 @@ def test_the_commands_and_the_tab_read_a_saved_folder(gpt_run, tmp_path):
     text.write_text(TINY_TEXT * 3, encoding="utf-8")
     # data.repeat=1: evaluate.py reads a run's recorded data settings (its data.repeat=30), a saved folder has none
     scores = [json.loads(script_in_process("evaluate.py", f"run_dir={source}", f"data.path={text}", "split=all",
-                                           "data.repeat=1").stdout.splitlines()[-1]) for source in (folder, gpt_run.path)]
+                                           "data.repeat=1").stdout.splitlines()[-1])
+              for source in (folder, gpt_run.path)]
     assert scores[0]["loss"] == scores[1]["loss"]
     script_in_process("analyze.py", f"run_dir={folder}", "text=自注意力可以让序列")
     assert (folder / "model-analysis" / "REPORT.md").is_file()  # beside the weights, as beside a checkpoint
