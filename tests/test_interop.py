@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import sys
 import pytest
 import torch
 from builders import build_tokenizer
-from conftest import TINY_TEXT, entry_point, script_in_process
+from conftest import ROOT, TINY_TEXT, entry_point, script_in_process
 
 import tinylm
 from tinylm.checkpoint import load_model
@@ -249,3 +250,28 @@ def test_a_tampered_saved_folder_is_one_error_line(gpt_run, tmp_path, tamper):
     done = script_in_process("generate.py", f"run_dir={folder}", "prompt=自", "max_new_tokens=1", check=False)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------
+# docs/interop.md
+
+
+GUIDE = ROOT / "docs" / "interop.md"
+SHOWN_RUN = '"outputs/runs/2026-12-05_10-00-00"'  # the guide's run: a trained GPT's folder
+
+
+@needs_transformer_lens
+def test_the_guide_s_python_blocks_run_in_order(gpt_run, tmp_path, monkeypatch):
+    """Every python block of docs/interop.md, in one namespace, in a folder of its own (its ``tl_model`` is the
+    folder its bash block's export.py writes: made here by that command)."""
+    monkeypatch.chdir(tmp_path)
+    script_in_process("export.py", f"run_dir={gpt_run.path}", "format=transformer_lens", f"out={tmp_path / 'tl_model'}")
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) == 3 and SHOWN_RUN in blocks[0]
+    namespace: dict = {}
+    for number, block in enumerate(blocks, 1):
+        exec(compile(block.replace(SHOWN_RUN, repr(str(gpt_run.path))), f"docs/interop.md block {number}", "exec"),
+             namespace)  # noqa: S102
+    assert (tmp_path / "my_model" / "model.safetensors").is_file()
+    with torch.no_grad():
+        assert torch.allclose(namespace["model"](namespace["tokens"]), namespace["logits"])
