@@ -22,11 +22,10 @@ class InteropMixin(
     ModelHubMixin,
     library_name="tinylm",
     tags=["tinylm", "character-level", "interpretability"],
-    docs_url="https://github.com/tinylm/tinylm/blob/main/docs/interop.md",
 ):
     """What ``LM`` does through huggingface_hub and TransformerLens (``self.loaded``: the model and tokenizer)."""
 
-    def _save_pretrained(self, save_directory: Path) -> None:
+    def _save_pretrained(self, save_directory: Path) -> None:  # its README.md too: the mixin's card stays unwritten
         from tinylm.interop.saved import save
 
         save(self.loaded, Path(save_directory))

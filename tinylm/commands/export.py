@@ -102,9 +102,9 @@ def export_folder(cfg: DictConfig, out: Path | None, loaded) -> Path:
                            f"{loaded.model.num_params():,} parameters")
     out = out or loaded.path.with_name(loaded.path.stem + FOLDER_SUFFIX[cfg.format])
     if cfg.format == "huggingface":
-        from tinylm.api.lm import LM
+        from tinylm.interop.saved import save
 
-        LM(loaded).save_pretrained(out)
+        save(loaded, out)  # what lm.save_pretrained writes
         print(f"exported {name} to {shown_path(out)}/ (model.safetensors, config.json, tokenizer.json)")
         print(f"load it with tinylm.load({str(shown_path(out))!r}), or pass run_dir={shown_path(out)} to any command")
         return out

@@ -4,7 +4,7 @@
     <folder>/config.json         {"tinylm_format": 1, "model": <the checkpoint's model_config>, "task": ...,
                                   "tokenizer": <tinylm's tokenizer>, "global_step": ..., "tinylm_version": ...}
     <folder>/tokenizer.json      the tokenizer for other tools (``tinylm.interop.hf_tokenizer``)
-    <folder>/README.md           the model card huggingface_hub writes (``LM.save_pretrained``)
+    <folder>/README.md           its model card: what it is and how to load it (Hugging Face's metadata on top)
 
 ``save`` writes it (``LM.save_pretrained`` through huggingface_hub's ``ModelHubMixin``, so ``push_to_hub`` and
 ``LM.from_pretrained("user/name")`` come with it); ``tinylm.checkpoint.load_model`` reads it as it reads a
@@ -46,5 +46,39 @@ def save(loaded: LoadedModel, folder: Path) -> None:
     weights = {name: t.detach().cpu().contiguous().clone() for name, t in loaded.model.state_dict().items()}
     save_file(weights, folder / SAVED_WEIGHTS, metadata={"format": "pt"})
     hf_tokenizer(loaded.tokenizer).save(str(folder / TOKENIZER_FILE))
-    (folder / SAVED_CONFIG).write_text(json.dumps(saved_config(loaded), indent=2, ensure_ascii=False) + "\n",
-                                       encoding="utf-8")
+    config = saved_config(loaded)
+    (folder / SAVED_CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    card = folder / "README.md"
+    if not card.exists():  # a card of the user's own stays
+        card.write_text(model_card(loaded, config), encoding="utf-8")
+
+
+def model_card(loaded: LoadedModel, config: dict) -> str:
+    """The folder's README.md: Hugging Face's metadata, what the model is, and how to load it."""
+    model = loaded.model
+    facts = [f"{model.config.arch} model", f"{model.num_params():,} parameters", f"{loaded.task} task",
+             f"vocabulary of {loaded.tokenizer.vocab_size} ({loaded.tokenizer.kind})"]
+    if loaded.global_step is not None:
+        facts.append(f"trained {loaded.global_step:,} steps")
+    settings = ", ".join(f"{key}={value}" for key, value in config["model"].items() if key != "vocab_size")
+    use = ("print(lm.translate(source))                  # one line of source text in, its translation out"
+           if loaded.task == "translation" else "print(lm.generate(max_new_tokens=100, seed=1))")
+    return f"""---
+library_name: tinylm
+tags: [tinylm, character-level, interpretability]
+---
+
+# A tinylm model
+
+A {", ".join(facts)}, saved by tinylm {config["tinylm_version"]}.
+Model settings: {settings}.
+
+```python
+import tinylm
+
+lm = tinylm.load("path/to/this/folder")      # or tinylm.LM.from_pretrained("user/name") from the Hub
+{use}
+```
+
+Every tinylm command reads the folder as a checkpoint: `python generate.py run_dir=path/to/this/folder`.
+"""
