@@ -23,6 +23,7 @@ from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quot
 from tinylm.errors import EXIT_INTERRUPTED, TinyLMError
 from tinylm.run_folder import CONF_DIR
 from tinylm.runs.folder import discard_new_folder, newest_sweep_dir, note_given_run_dir, register_resolvers
+from tinylm.runs.ranks import check_layout, folder_named, launch, shared_run_folder
 from tinylm.tasks import refuse_derived
 
 
@@ -58,6 +59,7 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
             download(data.url, Path(resolve_path(data.path)), data.get("sha256"))
     if not in_sweep:  # a new hydra.run.dir, a resume's too, is this run's: a refusal removes it
         note_given_run_dir(argv)
+        check_layout(cfg.trainer)  # SLURM's tasks against trainer.devices x trainer.num_nodes
 
 
 def check_quickly(cfg: DictConfig) -> None:
@@ -79,6 +81,7 @@ def check_quickly(cfg: DictConfig) -> None:
 def main(cfg: DictConfig) -> float | None:
     if HydraConfig.get().mode == RunMode.RUN:  # a sweep job says a bad config in its own folder (error.txt)
         check_quickly(cfg)
+        folder_named(cfg.paths.output_dir)  # rank 0 of a torchrun or SLURM job tells the other ranks
     with few_collections():
         from tinylm.runs.job import main as train_main
 
@@ -104,7 +107,8 @@ def run_command_line(resumed_check=None) -> None:
 
             sys.argv = newest_sweep(sys.argv, CONF_DIR)  # hydra.sweep.dir=last: the newest sweep folder
         register_resolvers()
-        main()
+        with shared_run_folder(None if in_sweep else launch(), sys.argv, CONF_DIR):  # one folder for all ranks
+            main()
     except TinyLMError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # before training started (once it has, Ctrl-C saves and exits 130)

@@ -126,8 +126,8 @@ def run(cfg: DictConfig) -> dict:
                     if step >= cfg.trainer.max_steps:
                         return already_finished(output_dir, ckpt_path, step, cfg.trainer.max_steps)
                 module = build_module(resolved, datamodule)
-                if ckpt_path:  # recorded once the model is built too
-                    if HydraConfig.initialized():
+                if ckpt_path:  # recorded once the model is built too (by rank 0: the others write nothing)
+                    if HydraConfig.initialized() and rank_zero_only.rank == 0:
                         record_resume(output_dir, Path(ckpt_path), step, list(HydraConfig.get().overrides.task))
                     log.info("resuming from step %d of %s, training to trainer.max_steps=%d",
                              step, ckpt_path, cfg.trainer.max_steps)

@@ -15,8 +15,8 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable, Collection
-from contextlib import nullcontext
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,6 +43,7 @@ from tinylm.training.config_checks import validate
 from tinylm.training.logs import expected_checkpoints, quiet_lightning
 from tinylm.training.module import LitLanguageModel, score_tag
 from tinylm.training.safety import AtomicCheckpointIO, GracefulInterrupt
+from tinylm.values import one_line
 
 log = logging.getLogger(__name__)
 # how a run executes or where it writes, not what it trains: no HParams column
@@ -177,6 +178,30 @@ def refuse_relaunch_in_sweep(trainer: L.Trainer) -> None:
         )
 
 
+# how the collective backends say that the other end of the job is gone (a node or a process died)
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted",
+             "ProcessGroupNCCL", "DistBackendError", "DistNetworkError", "Socket Timeout", "timed out")
+
+
+@contextmanager
+def lost_ranks(trainer: L.Trainer, output_dir: Path) -> Iterator[None]:
+    """In a job of several ranks, a rank that loses the others (a node or a process died, its connection
+    closed) ends with one line saying so and how to continue, instead of the backend's traceback."""
+    try:
+        yield
+    except RuntimeError as e:  # torch.distributed's DistBackendError and gloo's errors are RuntimeErrors
+        text = f"{type(e).__name__}: {e}"
+        if trainer.world_size < 2 or not any(sign in text for sign in PEER_GONE):
+            raise
+        last = output_dir / CHECKPOINTS_DIR / "last.ckpt"
+        saved = f"its last checkpoint is {last}" if last.is_file() else "no checkpoint was saved yet"
+        raise TinyLMError(
+            f"rank {trainer.global_rank} of {trainer.world_size} lost the other ranks at step {trainer.global_step} "
+            f"(a node or a process of the job died: {one_line(str(e))[:160]}); the job is over, {saved}: start the "
+            "same command with ckpt_path=last on every node to continue it"
+        ) from None
+
+
 def finite_or_none(value: float) -> float | None:
     """JSON has no NaN: a value that is not a finite number is written as null."""
     return value if math.isfinite(value) else None
@@ -206,7 +231,7 @@ def fit(run: Run, datamodule: L.LightningDataModule, module: LitLanguageModel, o
     started = time.perf_counter()
     # a resume into its own folder finds its checkpoints there: Lightning's warning about them is noise
     own = ckpt_path and Path(ckpt_path).parent == output_dir / CHECKPOINTS_DIR
-    with expected_checkpoints(output_dir / CHECKPOINTS_DIR) if own else nullcontext():
+    with expected_checkpoints(output_dir / CHECKPOINTS_DIR) if own else nullcontext(), lost_ranks(trainer, output_dir):
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     wall = time.perf_counter() - started
 

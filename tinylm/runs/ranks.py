@@ -1,0 +1,223 @@
+"""The ranks of one training job started from outside, on one node or several: by ``torchrun`` on each
+node, or by SLURM (``srun``, a ``sbatch`` script's ``srun``, a submitit job of several tasks).
+
+Every rank runs ``train.py`` with the same command line, so each would name its own run folder:
+Hydra resolves the time stamp in ``hydra.run.dir`` (``${now:...}``) in each process from its own clock
+(Hydra #2070) and ``unique_dir`` gives a second rank that finds the name taken a ``-2`` folder. So rank 0
+(the job's global rank 0) alone names and claims the folder, and tells the other ranks (``agree``):
+
+- torchrun: through the job's own rendezvous store, the TCPStore torchrun's agent on the master node serves
+  at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE), under a key of this attempt
+  (TORCHELASTIC_RESTART_COUNT): nothing is left behind, and no clock is read;
+- SLURM: through a small file of this job step and attempt, ``<paths.log_dir>/.ranks/slurm-<job>.<step>-<restart>``,
+  in the outputs folder, which every node must share anyway (the run folder is there).
+
+The other ranks then run with ``hydra.run.dir`` set to rank 0's folder and write nothing into it: no
+``.hydra`` record (``hydra.output_subdir=null``), no ``train.log`` (their log goes to their console only).
+Rank 0 writes the lock, ``running.json``, the checkpoints, the TensorBoard events, ``metrics.json`` and
+``train.log``. A rank 0 that stops before it chose a folder (a refused config) says so to the others, who
+end with one line too instead of waiting.
+
+``check_layout`` checks SLURM's task layout against ``trainer.devices`` x ``trainer.num_nodes`` before
+anything is built: Lightning takes one SLURM task per rank; ``srun -n2`` (no ``--ntasks-per-node``), which
+Lightning refuses, is taken as 2 tasks per node when SLURM placed the same number on every node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import NamedTuple
+
+from tinylm.errors import TinyLMError
+
+WAIT_SECONDS = 600  # how long a rank waits for rank 0 to name the run folder (it may build a token cache first)
+FAILED = ""  # what rank 0 publishes when it stopped before naming a folder
+RANKS_DIR = ".ranks"  # under paths.log_dir: the SLURM job steps' folder names
+KEEP_SECONDS = 7 * 24 * 3600  # a job step's file older than this is removed when rank 0 writes a new one
+# for the ranks but 0: no .hydra record and no train.log in rank 0's folder (Hydra's file handler is deleted)
+QUIET_RANK = ["hydra.output_subdir=null", "hydra.job_logging.root.handlers=[console]",
+              "~hydra.job_logging.handlers.file"]
+
+
+class Launch(NamedTuple):
+    """This process's place in a job whose ranks were started from outside."""
+
+    rank: int  # global rank
+    world: int  # how many ranks the job has
+    how: str  # "torchrun" or "slurm"
+
+
+def slurm_interactive() -> bool:
+    """``srun --job-name=bash|interactive``: Lightning ignores SLURM for such a job, so does this module."""
+    return os.environ.get("SLURM_JOB_NAME") in ("bash", "interactive")
+
+
+def launch() -> Launch | None:
+    """The job this process is one rank of, when its ranks were started from outside (torchrun or SLURM) and
+    there are several; None for one process, or for a rank Lightning itself started (it is told the folder)."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
+        world = int(env.get("WORLD_SIZE", "1"))
+        return Launch(int(env["RANK"]), world, "torchrun") if world > 1 else None
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and not slurm_interactive():
+        return Launch(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), "slurm")
+    return None
+
+
+def _store():
+    """The torchrun job's rendezvous store (its agent's TCPStore), as a client."""
+    from torch.distributed import TCPStore
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
+        raise TinyLMError("this torchrun has no agent store (TORCHELASTIC_USE_AGENT_STORE is not True) to share "
+                          "the run folder through: start the ranks with torchrun 2.x, or name the folder on every "
+                          "node with hydra.run.dir=...")
+    return TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                    timeout=timedelta(seconds=WAIT_SECONDS))
+
+
+def _torchrun_key() -> str:
+    return f"tinylm/run_dir/{os.environ.get('TORCHELASTIC_RUN_ID')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def slurm_file(log_dir: str | Path) -> Path:
+    """The file through which this SLURM job step's rank 0 names the run folder."""
+    env = os.environ
+    step = f"{env.get('SLURM_JOB_ID')}.{env.get('SLURM_STEP_ID', 'batch')}-{env.get('SLURM_RESTART_COUNT') or 0}"
+    return Path(log_dir) / RANKS_DIR / f"slurm-{step}"
+
+
+def publish(job: Launch, run_dir: str, log_dir: str | Path) -> None:
+    """Rank 0: tell the other ranks the run folder (``FAILED``: that rank 0 stopped before naming one)."""
+    if job.how == "torchrun":
+        _store().set(_torchrun_key(), run_dir.encode())
+        return
+    path = slurm_file(log_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob("slurm-*"):
+        try:
+            if time.time() - old.stat().st_mtime > KEEP_SECONDS:
+                old.unlink()
+        except OSError:
+            pass
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(run_dir, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _received(job: Launch, log_dir: str | Path) -> str:
+    """The run folder rank 0 published; TinyLMError when none came in ``WAIT_SECONDS``."""
+    waited = f"rank {job.rank} waited {WAIT_SECONDS} s for rank 0 to name the run folder"
+    if job.how == "torchrun":
+        try:
+            return _store().get(_torchrun_key()).decode()
+        except Exception as e:  # the store's timeout, or its agent gone with rank 0's node
+            raise TinyLMError(f"{waited} through torchrun's store at {os.environ.get('MASTER_ADDR')}:"
+                              f"{os.environ.get('MASTER_PORT')} and got none ({type(e).__name__}): see rank 0's "
+                              "output on the master node, and start the job again on every node") from None
+    path = slurm_file(log_dir)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise TinyLMError(f"{waited} in {path} and got none: paths.log_dir must be a folder every node "
+                              "shares; see rank 0's output (SLURM task 0)")
+        time.sleep(0.2)
+    return path.read_text(encoding="utf-8")
+
+
+def follow_rank_zero(job: Launch, log_dir: str | Path) -> list[str]:
+    """A rank but 0: the overrides that put it in rank 0's run folder, writing nothing there."""
+    run_dir = _received(job, log_dir)
+    if run_dir == FAILED:
+        raise TinyLMError(f"rank 0 stopped before training (see its error line), so rank {job.rank} stops too")
+    from tinylm.cli import quote_values
+
+    return [*quote_values([f"hydra.run.dir={run_dir}"], ("hydra.run.dir",), literal=True), *QUIET_RANK]
+
+
+_naming: dict = {}  # rank 0, until it named its run folder: its job and outputs folder
+
+
+@contextmanager
+def shared_run_folder(job: Launch | None, argv: list[str], conf_dir: Path) -> Iterator[None]:
+    """Around ``train.py``'s Hydra app: a rank but 0 of ``job`` gets rank 0's run folder (``argv`` is extended
+    in place, before Hydra reads it); rank 0 names its folder inside (``folder_named``), or, when it stops
+    before, tells the others that it stopped."""
+    if job is None:
+        yield
+        return
+    log_dir = ""
+    if job.how == "slurm":
+        from tinylm.runs.folder import composed_log_dir
+
+        log_dir = composed_log_dir(conf_dir, [a for a in argv[1:] if not a.startswith(("-", "hydra."))])
+    if job.rank != 0:
+        argv.extend(follow_rank_zero(job, log_dir))
+        yield
+        return
+    _naming.update(job=job, log_dir=log_dir)
+    try:
+        yield
+    finally:
+        if _naming.pop("job", None) is not None:
+            try:
+                publish(job, FAILED, log_dir)
+            except (OSError, RuntimeError, TinyLMError):  # the others then wait out WAIT_SECONDS
+                pass
+
+
+def folder_named(run_dir: str | Path) -> None:
+    """Rank 0 has its run folder (Hydra made it): tell the other ranks. Nothing outside such a job."""
+    job = _naming.pop("job", None)
+    if job is not None:
+        publish(job, str(Path(run_dir).resolve()), _naming["log_dir"])
+
+
+def _per_node(tasks_per_node: str) -> int | None:
+    """SLURM_TASKS_PER_NODE ("2", "2(x3)", "2(x2),1") as one number when every node runs as many tasks."""
+    counts = {int(m.group(1)) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", tasks_per_node)}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def check_layout(trainer: dict) -> None:
+    """Under SLURM with several tasks: the layout must be Lightning's, one task per rank, as many on every
+    node as ``trainer.devices``, on ``trainer.num_nodes`` nodes; one error line saying which to use."""
+    job = launch()
+    if job is None or job.how != "slurm":
+        return
+    try:
+        _check_slurm_layout(job, trainer)
+    except TinyLMError:
+        if job.rank == 0:
+            raise
+        raise SystemExit(1) from None  # rank 0 says it: one line for the job
+
+
+def _check_slurm_layout(job: Launch, trainer: dict) -> None:
+    devices, nodes = trainer.get("devices"), trainer.get("num_nodes", 1)
+    env = os.environ
+    per_node = _per_node(env.get("SLURM_TASKS_PER_NODE", ""))
+    nnodes = int(env.get("SLURM_NNODES", "1"))
+    layout = f"SLURM started {job.world} tasks on {nnodes} node(s) ({env.get('SLURM_TASKS_PER_NODE')} per node)"
+    if per_node is None:
+        raise TinyLMError(f"{layout}, not as many on every node, which Lightning cannot use: start them with "
+                          f"--nodes={nnodes} --ntasks-per-node={job.world // nnodes or 1}")
+    fix = f"srun --nodes={nnodes} --ntasks-per-node={per_node} with trainer.devices={per_node} " \
+          f"trainer.num_nodes={nnodes}"
+    if not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1:
+        raise TinyLMError(f"{layout}: Lightning takes one task per rank, so trainer.devices must be a number "
+                          f"(it is {devices}): use {fix}")
+    if trainer.get("strategy") in (None, "auto", "single_device") and devices == 1 and nodes == 1:
+        raise TinyLMError(f"{layout}, but the trainer trains one process: run one task (srun -n1), or use "
+                          f"trainer=ddp and {fix}")
+    if (devices, nodes) != (per_node, nnodes):
+        raise TinyLMError(f"{layout}, but trainer.devices={devices} trainer.num_nodes={nodes} make "
+                          f"{devices * nodes} rank(s) of {devices} per node: use {fix}, or start "
+                          f"srun --nodes={nodes} --ntasks-per-node={devices}")
+    env.setdefault("SLURM_NTASKS_PER_NODE", str(per_node))  # srun -n2: Lightning wants --ntasks-per-node
