@@ -19,16 +19,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# those that train a run (02: 300 steps; 03: 600) take 20-40 s each on 2 cores; 01 (about 10 s) trains nothing
+# those that train a run (02: 300 steps; 03: 600; 04: 500, then a sparse autoencoder) take 20-60 s each on 2 cores;
+# 01 (about 10 s) trains nothing
 QUICK = {"01_build_a_transformer"}
 CELL_TIMEOUT = 600  # seconds for any one cell: the training cells take under a minute on 2 cores
 MISSING = [name for name in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(name) is None]
 needs_jupyter = pytest.mark.skipif(bool(MISSING), reason='the notebook extra is not installed: '
                                                          'pip install -e ".[notebook]"')
+# 04 trains a sparse autoencoder with SAELens on the model's TransformerLens twin: the interop extra
+NEEDS_INTEROP = {"04_sparse_autoencoder"}
+INTEROP_MISSING = [name for name in ("sae_lens", "transformer_lens") if importlib.util.find_spec(name) is None]
+needs_interop = pytest.mark.skipif(bool(INTEROP_MISSING), reason='the interop extra is not installed: '
+                                                                 'pip install -e ".[interop]"')
 
 
 def test_the_notebooks_are_there():
-    assert [path.stem for path in NOTEBOOKS] == ["01_build_a_transformer", "02_train_and_look", "03_circuits"]
+    assert [path.stem for path in NOTEBOOKS] == ["01_build_a_transformer", "02_train_and_look", "03_circuits",
+                                                 "04_sparse_autoencoder"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
@@ -42,9 +49,12 @@ def test_stored_with_the_outputs_of_a_run(path):
     assert any(cell["outputs"] for cell in cells)
 
 
+def marks(path):
+    return ([] if path.stem in QUICK else [pytest.mark.slow]) + ([needs_interop] if path.stem in NEEDS_INTEROP else [])
+
+
 @needs_jupyter
-@pytest.mark.parametrize("path", [pytest.param(path, id=path.stem, marks=() if path.stem in QUICK else pytest.mark.slow)
-                                  for path in NOTEBOOKS])
+@pytest.mark.parametrize("path", [pytest.param(path, id=path.stem, marks=marks(path)) for path in NOTEBOOKS])
 def test_the_notebook_runs(path, tmp_path):
     import nbformat
     from nbclient import NotebookClient
@@ -61,5 +71,5 @@ def test_the_notebook_runs(path, tmp_path):
     client.execute(env=env)  # a cell that raises fails the test with its traceback (CellExecutionError)
     seconds = time.perf_counter() - start
     print(f"{path.name}: {seconds:.1f} s")
-    if path.stem != "01_build_a_transformer":  # 02 and 03 train: their runs are under the copy's outputs/
+    if path.stem != "01_build_a_transformer":  # 02, 03 and 04 train: their runs are under the copy's outputs/
         assert list((work / "outputs" / "runs").iterdir())
