@@ -100,6 +100,16 @@ PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscr
 CONF
 rm -f "$CONF_DIR/cgroup.conf"  # 22.05 has no cgroup/disabled: none is used (proctrack/linuxproc, task/none)
 
+# No slurmdbd (it needs a database): `sacct` has no accounting to read. The job completion log has each
+# job's end state, which `sacct -c` reads; $STATE/bin/sacct (put it first on PATH: submitit asks `sacct`
+# whether a job that wrote no result is done) reads it so.
+mkdir -p "$STATE/bin"
+cat > "$STATE/bin/sacct" <<'SH'
+#!/bin/sh
+exec /usr/bin/sacct -c "$@"
+SH
+chmod +x "$STATE/bin/sacct"
+
 running() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
 running slurmctld || slurmctld || fail "slurmctld did not start (see $STATE/log/slurmctld.log)"
 running slurmd || slurmd || fail "slurmd did not start (see $STATE/log/slurmd.log)"
@@ -109,4 +119,4 @@ for _ in $(seq 100); do
     sleep 0.2
 done
 case "$state" in idle*|mix*|alloc*) ;; *) fail "node $HOST is '${state:-unknown}', not idle (see $STATE/log/)" ;; esac
-say "running: node $HOST, $CPUS CPUs, partition debug (stop with: $0 stop)"
+say "running: node $HOST, $CPUS CPUs, partition debug (stop with: $0 stop; sacct without slurmdbd: PATH=$STATE/bin:\$PATH)"

@@ -23,7 +23,7 @@ from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quot
 from tinylm.errors import EXIT_INTERRUPTED, TinyLMError
 from tinylm.run_folder import CONF_DIR
 from tinylm.runs.folder import discard_new_folder, newest_sweep_dir, note_given_run_dir, register_resolvers
-from tinylm.runs.ranks import check_layout, folder_named, launch, shared_run_folder
+from tinylm.runs.ranks import check_layout, folder_named, launch, requeued_run, shared_run_folder
 from tinylm.tasks import refuse_derived
 
 
@@ -96,6 +96,8 @@ def run_command_line(resumed_check=None) -> None:
         in_sweep = {"-m", "--multirun"} & set(sys.argv)  # there data.path=a.txt,b.txt means two jobs
         sys.argv = quote_values(sys.argv, TRAIN_FOLDER_KEYS if in_sweep else TRAIN_PATH_KEYS)
         check_command_line(sys.argv, bool(in_sweep))
+        if not in_sweep:  # a SLURM job that SLURM requeued continues the run its earlier attempt trained
+            sys.argv = requeued_run(sys.argv, CONF_DIR)
         if any(arg.lstrip("+").startswith("ckpt_path=") for arg in sys.argv[1:]):
             from tinylm.runs.resume import plan_resume  # torch and the checkpoint reader: only for a resume
 

@@ -37,6 +37,7 @@ from tinylm.run_folder import CHECKPOINTS_DIR, ERROR, LAST_CHECKPOINT, METRICS, 
 from tinylm.runs.folder import discard_new_folder, keep_folder
 from tinylm.runs.job_files import read_metrics, write_json
 from tinylm.runs.lock import FolderInUse, holding
+from tinylm.runs.ranks import leave_files_to_rank_zero
 from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
 from tinylm.training.fit import build_datamodule, build_module, fit, prepare
@@ -61,6 +62,7 @@ def main(cfg: DictConfig) -> float:
     Ctrl-C or SIGTERM: the run saves its last checkpoint and exits 130 or 143; in a sweep the job returns
     and the sweep stops (``tinylm.runs.sweep_stop.job_stopped_by``).
     """
+    leave_files_to_rank_zero()
     in_sweep = sweep_dir_of_job() is not None
     if in_sweep and sweep_stopped():  # Ctrl-C or SIGTERM stopped the sweep before this job started
         print(f"job {HydraConfig.get().job.num}: not started, the sweep was stopped", file=sys.stderr, flush=True)

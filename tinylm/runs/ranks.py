@@ -25,8 +25,10 @@ Lightning refuses, is taken as 2 tasks per node when SLURM placed the same numbe
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,8 +67,8 @@ def launch() -> Launch | None:
     if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
         world = int(env.get("WORLD_SIZE", "1"))
         return Launch(int(env["RANK"]), world, "torchrun") if world > 1 else None
-    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and not slurm_interactive():
-        return Launch(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), "slurm")
+    if "SLURM_PROCID" in env and "SLURM_JOB_ID" in env and not slurm_interactive():  # one task too: a requeue finds it
+        return Launch(int(env["SLURM_PROCID"]), int(env.get("SLURM_NTASKS", "1")), "slurm")
     return None
 
 
@@ -179,6 +181,61 @@ def folder_named(run_dir: str | Path) -> None:
         publish(job, str(Path(run_dir).resolve()), _naming["log_dir"])
 
 
+def slurm_requeued() -> bool:
+    """Whether SLURM is ending this job to run it again (``scontrol requeue``, a pre-emption that requeues):
+    its record then counts more restarts than this attempt's SLURM_RESTART_COUNT. A job cancelled for good,
+    or no SLURM: False."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    restarts = re.search(r"\bRestarts=(\d+)", shown.stdout)
+    return restarts is not None and int(restarts.group(1)) > int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+
+
+def requeued_run(argv: list[str], conf_dir: Path) -> list[str]:
+    """``argv`` of a SLURM job that SLURM requeued (SLURM_RESTART_COUNT > 0; not a sweep job, which
+    ``tinylm.runs.job.continue_requeued`` continues): ``ckpt_path=`` the last checkpoint of the run folder its
+    earlier attempt named, so that it continues that run; unchanged when the command line names a checkpoint
+    or no earlier attempt saved one."""
+    env = os.environ
+    restart = int(env.get("SLURM_RESTART_COUNT") or 0)
+    if restart < 1 or "SLURM_JOB_ID" not in env or slurm_interactive() or \
+            any(a.lstrip("+").startswith("ckpt_path=") for a in argv[1:]):
+        return argv
+    from tinylm.cli import quote_values
+    from tinylm.run_folder import LAST_CHECKPOINT
+    from tinylm.runs.folder import composed_log_dir
+
+    log_dir = composed_log_dir(conf_dir, [a for a in argv[1:] if not a.startswith(("-", "hydra."))])
+    earlier = []
+    for path in (Path(log_dir) / RANKS_DIR).glob(f"slurm-{env['SLURM_JOB_ID']}.*-*"):
+        attempt = path.name.rpartition("-")[2]
+        if attempt.isdigit() and int(attempt) < restart:
+            earlier.append((int(attempt), path))
+    for _, path in sorted(earlier, reverse=True):
+        last = Path(path.read_text(encoding="utf-8")) / LAST_CHECKPOINT
+        if last.is_file():
+            print(f"SLURM requeued job {env['SLURM_JOB_ID']} (attempt {restart + 1}): continuing {last}", flush=True)
+            return [*argv, *quote_values([f"ckpt_path={last}"], ("ckpt_path",))]
+    return argv
+
+
+def leave_files_to_rank_zero() -> None:
+    """A rank but 0 of such a job logs to its console only: no line of it in rank 0's ``train.log`` (a sweep job
+    that SLURM runs as several tasks, where Hydra opened the file in every task)."""
+    job = launch()
+    if job is None or job.rank == 0:
+        return
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+
+
 def _per_node(tasks_per_node: str) -> int | None:
     """SLURM_TASKS_PER_NODE ("2", "2(x3)", "2(x2),1") as one number when every node runs as many tasks."""
     counts = {int(m.group(1)) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", tasks_per_node)}
@@ -189,7 +246,7 @@ def check_layout(trainer: dict) -> None:
     """Under SLURM with several tasks: the layout must be Lightning's, one task per rank, as many on every
     node as ``trainer.devices``, on ``trainer.num_nodes`` nodes; one error line saying which to use."""
     job = launch()
-    if job is None or job.how != "slurm":
+    if job is None or job.how != "slurm" or job.world < 2:
         return
     try:
         _check_slurm_layout(job, trainer)

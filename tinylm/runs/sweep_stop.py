@@ -9,6 +9,8 @@ command exits 130 (Ctrl-C) or 143 (SIGTERM) naming the command that finishes the
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import signal
 import sys
@@ -21,6 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tinylm.run_folder import LAST_NAME
+from tinylm.runs.ranks import slurm_requeued
 from tinylm.training.safety import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
 
 STOP_FILE = "interrupted.txt"  # in the sweep folder: Ctrl-C or SIGTERM stopped this sweep
@@ -91,6 +94,12 @@ def job_stopped_by(signum: int) -> None:
     on_slurm = "submitit" in str(HydraConfig.get().launcher.get("_target_", "")).lower()
     if not (signum == signal.SIGTERM and on_slurm):
         mark_stopped(Path(HydraConfig.get().sweep.dir), signum)
+    elif slurm_requeued():  # no result for this attempt: submitit waits for the one SLURM runs next
+        print(f"job {HydraConfig.get().job.num}: SLURM requeued it; its last checkpoint is saved and the next "
+              "attempt continues from it", file=sys.stderr, flush=True)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(exit_code(signum))
 
 
 def start_sweep(config: DictConfig) -> None:
