@@ -36,6 +36,8 @@ def quiet_lightning() -> None:
         rank_zero.addFilter(_DropNoise())
     # raised by Lightning's own use of torch's pytree API (torch 2.13), not by anything a user wrote
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    if "SLURM_JOB_ID" not in os.environ:  # a run outside any SLURM job on a machine with SLURM (a login node)
+        warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
 def _file_handlers() -> list[logging.FileHandler]:
