@@ -61,6 +61,14 @@ def test_resume_takes_the_runs_own_settings_and_only_allowed_changes(tmp_path):
                     f"ckpt_path='{last}'"]
 
 
+def test_a_key_given_twice_resumes_with_its_last_value_as_hydra_applies_it(tmp_path):
+    # the command line a requeued SLURM job runs again: the same words, a key given twice included
+    last = fake_run(tmp_path / "runs" / "a", ["trainer.max_steps=6", "model.n_embd=16", "trainer.max_steps=300"])
+    argv = plan_resume(["train.py", "trainer.max_steps=6", "model.n_embd=16", "trainer.max_steps=300",
+                        f"ckpt_path={last}"], CONF)
+    assert [a for a in argv if a.startswith("trainer.max_steps=")][-1] == "trainer.max_steps=300"
+
+
 @pytest.mark.parametrize("change", ["model.n_embd=64", "data.path=/other.txt", "seed=1", "model=lstm",
                                     "data.tokenizer=byte"])
 def test_resume_refuses_to_change_what_the_run_must_keep(tmp_path, change):

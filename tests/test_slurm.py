@@ -89,16 +89,25 @@ def test_srun_and_sbatch_jobs_make_one_run_folder_and_a_layout_lightning_cannot_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_one_ddp_run(one_run(tmp_path / "srun"))
 
-    # sbatch: a batch script whose srun starts the 2 tasks
-    script = tmp_path / "job.sh"
+    # sbatch: a batch script whose srun starts the 2 tasks; requeued by SLURM mid-run, it saves and its next
+    # attempt continues the same run folder from that checkpoint
+    script, steps = tmp_path / "job.sh", 300
     command = " ".join(f"'{a}'" for a in train_cmd("trainer.devices=2", f"data.path={text}",
+                                                   f"trainer.max_steps={steps}", "trainer.val_check_interval=10",
                                                    f"paths.log_dir={tmp_path / 'sbatch'}"))
-    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=2 --output={tmp_path}/job-%j.out\n"
+    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=2 --requeue --output={tmp_path}/job-%j.out\n"
                       f"srun {command}\n")
-    proc = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True, env=slurm_env,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr + "".join(p.read_text() for p in tmp_path.glob("job-*"))
-    assert_one_ddp_run(one_run(tmp_path / "sbatch"))
+    job = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=slurm_env,
+                         check=True).stdout.strip()
+    requeue_once_saved(job, tmp_path / "sbatch", "runs/*/checkpoints/last.ckpt", slurm_env)
+    while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True, env=slurm_env).stdout.strip():
+        time.sleep(0.5)
+    run = one_run(tmp_path / "sbatch")
+    log = (run / "train.log").read_text()
+    resumed = re.search(r"resuming from step (\d+) of .*last\.ckpt", log)
+    assert resumed and 0 < int(resumed.group(1)) < steps, log + "".join(p.read_text() for p in tmp_path.glob("job-*"))
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == steps
+    assert "GLOBAL_RANK: 1" not in log
 
     # 2 tasks for a trainer of 1 device: one error line (rank 0's) naming the layout to use, and no folder
     proc = subprocess.run(["srun", "-n2", *train_cmd("trainer.devices=1", f"data.path={text}",
@@ -109,6 +118,24 @@ def test_srun_and_sbatch_jobs_make_one_run_folder_and_a_layout_lightning_cannot_
     assert "SLURM started 2 tasks" in errors[0] and "--ntasks-per-node=2 with trainer.devices=2" in errors[0]
     assert "Traceback" not in proc.stderr and not (tmp_path / "bad" / "runs").exists()
     print(f"srun, sbatch and the refused layout: {time.monotonic() - started:.1f} s")
+
+
+def requeue_once_saved(job: str, folder: Path, checkpoint: str, env: dict) -> None:
+    """``scontrol requeue`` the running ``job`` once ``folder`` holds ``checkpoint``; then let the requeued job
+    start at once (SLURM holds a requeued job back a while)."""
+    for _ in range(6000):  # up to 5 minutes
+        if list(folder.glob(checkpoint)):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"job {job} saved no {checkpoint} in {folder}")
+    subprocess.run(["scontrol", "requeue", job], check=True, env=env, timeout=60)
+    for _ in range(600):
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env)
+        if "JobState=PENDING" in shown.stdout:
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, timeout=60)
+            return
+        time.sleep(0.1)
 
 
 def sweep_files(sweep: Path, pattern: str) -> str:
@@ -140,13 +167,7 @@ def test_scontrol_requeue_saves_and_the_job_continues_from_its_last_checkpoint(s
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         job = next(sweep.glob(".submitit/*/*_submitted.pkl")).name.split("_")[0]
-        subprocess.run(["scontrol", "requeue", job], check=True, env=slurm_env, timeout=60)
-        for _ in range(600):  # SLURM holds a requeued job back a while: let it start as soon as it can
-            shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=slurm_env)
-            if "JobState=PENDING" in shown.stdout:
-                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env, timeout=60)
-                break
-            time.sleep(0.1)
+        requeue_once_saved(job, sweep, "0/checkpoints/last.ckpt", slurm_env)
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:

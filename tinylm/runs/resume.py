@@ -116,6 +116,8 @@ def plan_resume(argv: list[str], conf_dir: Path) -> list[str]:
         return argv
     hydra_args = [o for o in parsed if _under(_key(o), ("hydra",))]
     task = [o for o in parsed if o not in hydra_args and _key(o) != "ckpt_path"]
+    last = {_key(o): i for i, o in enumerate(task)}  # a key given twice: Hydra applies its last value, so do we
+    task = [o for i, o in enumerate(task) if last[_key(o)] == i]
 
     value, why = str(ckpt[-1].value()), ""
     if value == "last":
