@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -108,7 +109,13 @@ def test_transformer_lens_tokenizes_as_tinylm(kind):
         ids = hooked.to_tokens(text)
         assert ids.tolist() == [tokenizer.encode(text)], text  # no BOS: tinylm's models have none
         assert hooked.to_string(ids[0]) == text
-    assert hooked.cfg.d_vocab == tokenizer.vocab_size
+    # <|endoftext|>, TransformerLens's padding and BOS, is id V: a row of zeros, so padded batches and a BOS run
+    assert hooked.cfg.d_vocab == tokenizer.vocab_size + 1 and hooked.cfg.d_vocab_out == tokenizer.vocab_size
+    assert not hooked.W_E[-1].any()
+    short, long = "可以", TINY_TEXT[:20]
+    padded = hooked([short, long])  # (2, T, V), the short text padded on the right with id V
+    assert torch.allclose(padded[0, : len(tokenizer.encode(short))], hooked(short)[0], atol=1e-5)
+    assert hooked(hooked.to_tokens(short, prepend_bos=True)).shape[1] == len(tokenizer.encode(short)) + 1
 
 
 @needs_transformer_lens
@@ -120,8 +127,15 @@ def test_what_transformer_lens_cannot_hold_is_one_line(lstm_run):
         tinylm.LM.from_model(model, tokenizer).to_transformer_lens()
     assert "model.qk_norm=true with model.norm=layernorm" in str(refused.value) and "\n" not in str(refused.value)
     lstm = tinylm.load(lstm_run.path)
-    with pytest.raises(TinyLMError, match="a lstm model has no TransformerLens twin"):
+    with pytest.raises(TinyLMError, match="an lstm model has no TransformerLens twin"):
         lstm.to_transformer_lens()
+
+
+    class GeluGPT(GPT):  # a model class of the program's own: its forward may be anything
+        pass
+
+    with pytest.raises(TinyLMError, match="a model class of your own \\(GeluGPT\\)"):
+        tinylm.LM.from_model(GeluGPT(model.config), tokenizer).to_transformer_lens()
     done = script_in_process("export.py", f"run_dir={lstm_run.path}", "format=transformer_lens", check=False)
     errors = [line for line in done.stderr.splitlines() if not line.startswith("export: ")]  # after its progress
     assert done.returncode == 1 and len(errors) == 1 and errors[0].startswith("error: ")
@@ -145,11 +159,20 @@ def test_export_py_writes_a_folder_transformer_lens_loads_back(gpt_run, tmp_path
     script_in_process("export.py", f"run_dir={gpt_run.path}", "format=transformer_lens", f"out={out}")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
+    (tmp_path / "other" / "config.json").write_text('{"mine": true}')  # a project's own config.json is no export
     done = script_in_process("export.py", f"run_dir={gpt_run.path}", "format=transformer_lens",
                              f"out={tmp_path / 'other'}", check=False)
     assert done.returncode == 1 and "holds other files" in done.stderr and done.stderr.count("\n") == 1
+    assert (tmp_path / "other" / "config.json").read_text() == '{"mine": true}'
     with pytest.raises(TinyLMError, match="not a TransformerLens export of tinylm"):
         tinylm.load_transformer_lens(tmp_path / "other")
+    # a damaged export is one line too, and the commands point at load_transformer_lens
+    (out / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(TinyLMError, match="holds a damaged TransformerLens export"):
+        tinylm.load_transformer_lens(out)
+    done = script_in_process("generate.py", f"run_dir={out}", "prompt=自", check=False)
+    assert done.returncode == 1 and "tinylm.load_transformer_lens(folder)" in done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -185,6 +208,23 @@ def test_a_tied_head_stays_tied_and_a_bpe_tokenizer_travels(tmp_path):
     assert back.model.lm_head.weight is back.model.token_embedding.weight
     assert back.tokenizer.kind == "bpe" and back.tokenizer.encode(TINY_TEXT) == tokenizer.encode(TINY_TEXT)
     assert torch.equal(back.model.lm_head.weight, model.lm_head.weight)
+
+
+def test_a_bpe_tokenizer_file_that_is_not_a_regular_file_is_one_line(tmp_path):
+    """A FIFO in the place of tokenizer.json: refused at once, never read (a read would wait for a writer)."""
+    tokenizer = build_tokenizer("bpe", TINY_TEXT * 8, bpe_vocab_size=300)
+    tinylm.LM.from_model(trained_gpt(tokenizer, steps=1), tokenizer).save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "tokenizer.json").unlink()
+    os.mkfifo(tmp_path / "m" / "tokenizer.json")
+    with pytest.raises(TinyLMError, match="tokenizer.json"):
+        tinylm.load(tmp_path / "m")
+
+
+def test_from_pretrained_of_a_missing_folder_is_one_line_without_the_network(tmp_path):
+    with pytest.raises(TinyLMError, match="folder .*no_such_model does not exist"):
+        tinylm.LM.from_pretrained(str(tmp_path / "no_such_model"))
+    with pytest.raises(TinyLMError, match="folder no_such_model does not exist"):
+        tinylm.LM.from_pretrained("no_such_model")
 
 
 def test_the_commands_and_the_tab_read_a_saved_folder(gpt_run, tmp_path):
@@ -229,6 +269,9 @@ TAMPERED = {
     "a vocabulary too short": lambda folder, config: config["tokenizer"]["itos"].pop() and None,
     "unknown task": lambda folder, config: config.update(task="poetry"),
     "a path for the tokenizer": lambda folder, config: config.update(tokenizer={"kind": "bpe", "file": "/etc/passwd"}),
+    "nested too deep": lambda folder, config: (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    and WROTE,
+    "no weights": lambda folder, config: (folder / "model.safetensors").unlink() or WROTE,
     "truncated weights": lambda folder, config: (folder / "model.safetensors").write_bytes(
         (folder / "model.safetensors").read_bytes()[:100]) and WROTE,
 }
@@ -244,7 +287,7 @@ def test_a_tampered_saved_folder_is_one_error_line(gpt_run, tmp_path, tamper):
     if tamper(folder, config) != WROTE:
         (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(TinyLMError) as refused:
-        load_model(checkpoint_in_run(folder).path)
+        load_model(checkpoint_in_run(folder).path)  # (checkpoint_in_run refuses a folder without weights)
     message = str(refused.value)
     assert "\n" not in message and str(folder) in message
     done = script_in_process("generate.py", f"run_dir={folder}", "prompt=自", "max_new_tokens=1", check=False)

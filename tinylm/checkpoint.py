@@ -34,6 +34,7 @@ from tinylm.run_folder import (
 )
 from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.base import LoadedModel
+from tinylm.textfile import read_capped_bytes
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 from tinylm.values import SHORT, one_line
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 REQUIRED_KEYS = ("state_dict", "model_config", "tokenizer")
 # a saved model folder (tinylm.interop.saved writes it): config.json's "tinylm_format", what a newer layout changes
 SAVED_FORMAT, TOKENIZER_FILE = 1, "tokenizer.json"
-MAX_SAVED_CONFIG = 64 * 2**20  # a config.json larger than this is not one tinylm wrote
+MAX_SAVED_CONFIG_MIB = 64  # a config.json or tokenizer.json larger than this is not one tinylm wrote
 SAVED_FIX = "save it again with lm.save_pretrained(folder), or load the checkpoint it came from"
 
 
@@ -163,11 +164,13 @@ def read_saved_config(folder: Path) -> dict:
     """config.json of a saved model folder, checked to be one tinylm wrote (one TinyLMError line if not)."""
     path = folder / SAVED_CONFIG
     try:
-        if path.stat().st_size > MAX_SAVED_CONFIG:
-            raise ValueError(f"it is larger than {MAX_SAVED_CONFIG // 2**20} MiB")
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise TinyLMError(f"{shown_path(path)} cannot be read as JSON ({type(e).__name__}: {e}): {SAVED_FIX}") from None
+        config = json.loads(read_capped_bytes(path, SAVED_CONFIG, MAX_SAVED_CONFIG_MIB, links=False))
+    except (TinyLMError, ValueError, RecursionError) as e:  # not a regular file, too big, not JSON, nested too deep
+        raise TinyLMError(f"{shown_path(path)} cannot be read as JSON ({one_line(e, SHORT)}): {SAVED_FIX}") from None
+    if isinstance(config, dict) and config.get("tinylm_export") == "transformer_lens":
+        raise TinyLMError(f"{shown_path(folder)} is a TransformerLens export (export.py format=transformer_lens): "
+                          "load it with tinylm.load_transformer_lens(folder); the commands read the checkpoint it "
+                          "came from, or a folder of export.py format=huggingface")
     if not isinstance(config, dict) or "tinylm_format" not in config:
         raise TinyLMError(f"{shown_path(path)} is not a tinylm model's config (no tinylm_format): {SAVED_FIX}")
     if config["tinylm_format"] != SAVED_FORMAT:
@@ -183,7 +186,8 @@ def saved_tokenizer_state(folder: Path, config: dict):
         name = state.get("file")
         if name != TOKENIZER_FILE:  # only the one file beside it: a config names no path to read
             raise ValueError(f"the BPE tokenizer's file must be {TOKENIZER_FILE}, not {name!r}")
-        state = {"kind": "bpe", "json": (folder / TOKENIZER_FILE).read_text(encoding="utf-8")}
+        data = read_capped_bytes(folder / TOKENIZER_FILE, TOKENIZER_FILE, MAX_SAVED_CONFIG_MIB, links=False)
+        state = {"kind": "bpe", "json": data.decode("utf-8")}
     return state
 
 

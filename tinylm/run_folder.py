@@ -252,6 +252,9 @@ def checkpoint_in_run(run_dir: str | Path) -> Chosen:
     if saved := saved_model(run_dir):
         return Chosen(saved, "a saved model folder")
     found = run_checkpoints(run_dir)
+    if not found and (run_dir / SAVED_CONFIG).is_file() and not (run_dir / CHECKPOINTS_DIR).is_dir():
+        raise TinyLMError(f"{run_dir} holds a {SAVED_CONFIG} but no {SAVED_WEIGHTS} beside it (a saved model folder "
+                          "needs both): save it again with lm.save_pretrained(folder), or pick another run_dir=...")
     if not found:
         raise TinyLMError(
             f"run folder {run_dir} has no checkpoints (no {CHECKPOINTS_DIR}/{BEST_PREFIX}*{CKPT_SUFFIX} or "

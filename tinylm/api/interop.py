@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from huggingface_hub import ModelHubMixin
@@ -18,12 +19,27 @@ from tinylm.errors import TinyLMError
 from tinylm.run_folder import SAVED_WEIGHTS, saved_model, shown_path
 
 
+def hub_name(name: str) -> bool:
+    """Whether ``name`` reads as a name on the Hub (``user/name``), not as a path on this machine."""
+    return re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not name.startswith((".", "~"))
+
+
 class InteropMixin(
     ModelHubMixin,
     library_name="tinylm",
-    tags=["tinylm", "character-level", "interpretability"],
+    tags=["tinylm", "interpretability"],
 ):
     """What ``LM`` does through huggingface_hub and TransformerLens (``self.loaded``: the model and tokenizer)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """The ``LM`` of a folder ``save_pretrained`` wrote, or of a name on the Hub (``user/name``: downloaded
+        first); a path that is neither is one TinyLMError, before anything asks the network."""
+        name = str(pretrained_model_name_or_path)
+        if not Path(name).expanduser().is_dir() and not hub_name(name):
+            raise TinyLMError(f"folder {name} does not exist: pass a folder lm.save_pretrained wrote, or a name "
+                              "on the Hugging Face Hub as user/name")
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     def _save_pretrained(self, save_directory: Path) -> None:  # its README.md too: the mixin's card stays unwritten
         from tinylm.interop.saved import save
@@ -33,7 +49,7 @@ class InteropMixin(
     @classmethod
     def _from_pretrained(cls, *, model_id: str, revision, cache_dir, force_download: bool, local_files_only: bool,
                          token, **model_kwargs):
-        folder = Path(model_id)
+        folder = Path(model_id).expanduser()
         if not folder.is_dir():  # a name on the Hub: its files, downloaded (or from the cache)
             from huggingface_hub import snapshot_download
 

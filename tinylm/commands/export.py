@@ -18,6 +18,7 @@ back and compared with the checkpoint's logits before success is reported; ``for
 ``lm.save_pretrained`` writes (``tinylm.interop.saved``), which every command reads as a checkpoint.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from tinylm.console import checkpoint_name, shown_path
 from tinylm.errors import TinyLMError
 from tinylm.run_folder import CONF_DIR
 from tinylm.tasks import get_task
+from tinylm.textfile import read_capped_bytes
 from tinylm.values import check_value, choice
 
 PATH_KEYS = ("ckpt_path", "run_dir", "out", "paths.log_dir")
@@ -64,10 +66,20 @@ def output_folder(cfg: DictConfig) -> Path | None:
     out = Path(hydra.utils.to_absolute_path(str(cfg.out)))
     if out.exists() and not out.is_dir():
         raise TinyLMError(f"out={cfg.out} is a file, and format={cfg.format} writes a folder: name a new folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+    if out.is_dir() and any(out.iterdir()) and not earlier_export(out, cfg.format):
         raise TinyLMError(f"out={cfg.out} is a folder that holds other files: name a new or empty folder "
-                          "(an earlier export there is replaced)")
+                          f"(an earlier format={cfg.format} export there is replaced)")
     return out
+
+
+def earlier_export(folder: Path, format: str) -> bool:
+    """Whether ``folder`` holds an export of ``format`` that tinylm wrote (its config.json says so)."""
+    try:
+        config = json.loads(read_capped_bytes(folder / "config.json", "config.json", 64, links=False))
+    except (TinyLMError, ValueError, RecursionError):
+        return False
+    key = "tinylm_export" if format == "transformer_lens" else "tinylm_format"
+    return isinstance(config, dict) and key in config and (key == "tinylm_format" or config[key] == format)
 
 
 def progress(line: str) -> None:
@@ -116,7 +128,7 @@ def export_folder(cfg: DictConfig, out: Path | None, loaded) -> Path:
     progress(f"writing {shown_path(out)}/")
     save(loaded.model, loaded.tokenizer, out)
     progress("loading it back with TransformerLens and comparing the logits")
-    difference = compare(loaded.model, loaded.tokenizer, out)
+    difference = compare(loaded.model, out)
     print(f"exported {name} to {shown_path(out)}/ for TransformerLens: its logits differ from tinylm's by at most "
           f"{difference:.1e}")
     print(f"load it with: import tinylm; model = tinylm.load_transformer_lens({str(shown_path(out))!r})")

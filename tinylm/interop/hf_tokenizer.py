@@ -8,8 +8,8 @@
 
 ``pretrained_tokenizer`` wraps it for ``transformers`` (what TransformerLens and SAELens take). tinylm's models
 have no BOS, EOS or padding id, and ``transformers`` pads with one: ``<|endoftext|>`` is added after the model's
-V ids (id V) as the end and padding token, so it never stands for a character (a model reads no id V: don't
-feed it padded batches' pad positions).
+V ids (id V) as the end and padding token, so it never stands for a character (the TransformerLens export gives
+it an embedding of zeros: ``tinylm.interop.transformer_lens``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,15 @@ def hf_tokenizer(tokenizer: Tokenizer):
     return backend
 
 
-def pretrained_tokenizer(tokenizer: Tokenizer):
-    """``tokenizer`` as a ``transformers.PreTrainedTokenizerFast`` (needs the ``interop`` extra)."""
+def pretrained_tokenizer(tokenizer: Tokenizer | None = None, file: str | None = None):
+    """``tokenizer`` (or the ``tokenizer.json`` ``file`` that ``hf_tokenizer`` wrote) as a
+    ``transformers.PreTrainedTokenizerFast`` (the ``interop`` extra), ``END`` its end and padding token (and
+    TransformerLens's BOS). A text holding ``<|endoftext|>`` reads it as that one token, where tinylm reads its
+    characters: TransformerLens prepends its BOS as that text. ``name_or_path`` and ``add_bos_token``: what
+    TransformerLens looks up when a model is built again on the same tokenizer (SAELens's
+    ``HookedSAETransformer``), which otherwise tries to download a tokenizer by that name."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(tokenizer_object=hf_tokenizer(tokenizer), clean_up_tokenization_spaces=False,
-                                   model_max_length=2**31 - 1, eos_token=END, pad_token=END)
+    source = {"tokenizer_file": file} if file else {"tokenizer_object": hf_tokenizer(tokenizer)}
+    return PreTrainedTokenizerFast(**source, clean_up_tokenization_spaces=False, model_max_length=2**31 - 1,
+                                   eos_token=END, pad_token=END, name_or_path="tinylm", add_bos_token=True)

@@ -37,14 +37,15 @@ def saved_config(loaded: LoadedModel) -> dict:
 
 def save(loaded: LoadedModel, folder: Path) -> None:
     """Write ``loaded``'s model (weights, config, tokenizer) into ``folder`` (made if missing)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save as safetensors_bytes
 
     from tinylm.interop.hf_tokenizer import hf_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     # each tensor its own contiguous copy: a tied lm_head shares its matrix, which safetensors will not write twice
     weights = {name: t.detach().cpu().contiguous().clone() for name, t in loaded.model.state_dict().items()}
-    save_file(weights, folder / SAVED_WEIGHTS, metadata={"format": "pt"})
+    # as bytes, then written as any file (safetensors' own save_file makes it readable by its owner only)
+    (folder / SAVED_WEIGHTS).write_bytes(safetensors_bytes(weights, metadata={"format": "pt"}))
     hf_tokenizer(loaded.tokenizer).save(str(folder / TOKENIZER_FILE))
     config = saved_config(loaded)
     (folder / SAVED_CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -63,9 +64,10 @@ def model_card(loaded: LoadedModel, config: dict) -> str:
     settings = ", ".join(f"{key}={value}" for key, value in config["model"].items() if key != "vocab_size")
     use = ("print(lm.translate(source))                  # one line of source text in, its translation out"
            if loaded.task == "translation" else "print(lm.generate(max_new_tokens=100, seed=1))")
+    level = {"char": "character-level", "byte": "byte-level", "bpe": "byte-level-bpe"}[loaded.tokenizer.kind]
     return f"""---
 library_name: tinylm
-tags: [tinylm, character-level, interpretability]
+tags: [tinylm, {level}, interpretability]
 ---
 
 # A tinylm model
