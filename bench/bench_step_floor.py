@@ -2,6 +2,7 @@
 
     python bench/bench_step_floor.py                 # 2 threads (as train.py), about a minute
     python bench/bench_step_floor.py --threads 1
+    python bench/bench_step_floor.py --nanogpt ~/nanoGPT   # and nanoGPT's step, taking turns
 
 The plain training step of bench/bench_train.py (the reference model, AdamW, the same batches) is
 timed without a profiler (best of --repeats runs of --steps steps), then profiled for a few steps:
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
-from bench_train import CONFIGS, make_datamodule, make_module, processor_name
+from bench_train import CONFIGS, make_datamodule, make_module, nanogpt_loop_seconds, processor_name
 from torch.profiler import ProfilerActivity, profile
 
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
@@ -103,11 +106,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profiled-steps", type=int, default=10)
+    parser.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout: its model and loop body, taking turns")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = CONFIGS["reference"]
     step = step_fn(cfg)
-    plain = step_ms(step, args.steps, args.repeats)
+    plain = step_ms(step, args.steps, 1)
+    nano = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):  # taking turns: both see the same machine load
+            plain = min(plain, step_ms(step, args.steps, 1))
+            if args.nanogpt:
+                nanogpt = args.nanogpt.expanduser().resolve()
+                nano = min(nano, 1000 * nanogpt_loop_seconds(nanogpt, cfg, args.steps, 10, Path(tmp)) / args.steps)
+    if args.nanogpt:
+        print(f"nanoGPT's step {nano:.2f} ms, ours {plain:.2f} ms: ours {nano / plain:.2f}x as fast")
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(args.profiled_steps):
             step()
@@ -135,7 +148,9 @@ def main() -> None:
     for group, ms in rows.items():
         print(f"{group:<52} {ms:>8.2f} {ms / plain:>6.1%}")
     print(json.dumps({"bench": "step floor", "cpu": processor_name(), "threads": args.threads,
-                      "step_ms": round(plain, 2), "floor_ms": round(floor, 2), "aten_ops_per_step": round(ops_per_step),
+                      "step_ms": round(plain, 2),
+                      "nanogpt_step_ms": round(nano, 2) if args.nanogpt else None,
+                      "floor_ms": round(floor, 2), "aten_ops_per_step": round(ops_per_step),
                       "parts_ms": {g: round(ms, 2) for g, ms in rows.items()}}, ensure_ascii=False))
 
 
