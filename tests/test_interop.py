@@ -308,13 +308,14 @@ def test_the_guide_s_python_blocks_run_in_order(gpt_run, tmp_path, monkeypatch):
     """Every python block of docs/interop.md, in one namespace, in a folder of its own (its ``tl_model`` is the
     folder its bash block's export.py writes: made here by that command)."""
     monkeypatch.chdir(tmp_path)
-    script_in_process("export.py", f"run_dir={gpt_run.path}", "format=transformer_lens", f"out={tmp_path / 'tl_model'}")
+    script_in_process("export.py", f"run_dir={gpt_run.path}", "format=transformer_lens",
+                      f"out={tmp_path / 'outputs' / 'tl_model'}")
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 3 and SHOWN_RUN in blocks[0]
     namespace: dict = {}
     for number, block in enumerate(blocks, 1):
         exec(compile(block.replace(SHOWN_RUN, repr(str(gpt_run.path))), f"docs/interop.md block {number}", "exec"),
              namespace)  # noqa: S102
-    assert (tmp_path / "my_model" / "model.safetensors").is_file()
+    assert (tmp_path / "outputs" / "my_model" / "model.safetensors").is_file()
     with torch.no_grad():
         assert torch.allclose(namespace["model"](namespace["tokens"]), namespace["logits"])
