@@ -76,6 +76,11 @@ def print_budget(budget: dict, wall: float, plain_wall: float) -> list[dict]:
         print(f"{r['part']:<58} {r['seconds']:>8.2f} {r['seconds'] / wall:>6.1%} {r['calls']:>7} {per_call:>8.2f} "
               f"{r['rss_kib'] / 1024:>10.1f}")
     print(f"{'TensorBoard writer thread (beside the main thread)':<58} {budget['tensorboard_thread_seconds']:>8.2f}")
+    print("the views' own count of their inspections (the calls above count every hook call):")
+    for name, view in budget.get("views", {}).items():
+        per_call = 1000 * view["seconds"] / view["calls"] if view["calls"] else 0
+        print(f"  {name:<30} {view['calls']:>4} inspection(s), {view['seconds']:.2f} s, {per_call:.1f} ms each")
+    rows.append({"part": "views", **budget.get("views", {})})
     return rows
 
 

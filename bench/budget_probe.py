@@ -99,6 +99,7 @@ class Budget:
 
 
 BUDGET = Budget()
+CALLBACKS: list = []  # the run's callbacks: the views' own counts of their calls go into the budget
 
 
 def patch(owner, name: str, kind: str) -> None:
@@ -111,6 +112,7 @@ def patch_callbacks(trainer) -> None:
     """Every hook a callback overrides, timed as that callback (the two checkpoint callbacks by filename)."""
     from lightning.pytorch import Callback
 
+    CALLBACKS.extend(trainer.callbacks)
     for callback in trainer.callbacks:
         cls = type(callback)
         name = cls.__name__
@@ -162,7 +164,10 @@ def write_budget(out: Path) -> None:
     result = {"total_seconds": total, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
               "parts": {name: {"seconds": seconds, "calls": BUDGET.calls.get(name, 0),
                                "rss_kib": BUDGET.rss_kib.get(name, 0)} for name, seconds in BUDGET.seconds.items()},
-              "tensorboard_thread_seconds": BUDGET.thread_seconds}
+              "tensorboard_thread_seconds": BUDGET.thread_seconds,
+              # each view's inspections (PeriodicInspector.calls) and their time, as its log line says
+              "views": {type(c).__name__: {"calls": c.calls, "seconds": c.seconds} for c in CALLBACKS
+                        if hasattr(c, "calls") and hasattr(c, "seconds")}}
     out.write_text(json.dumps(result, indent=1))
 
 
