@@ -42,8 +42,10 @@ def start_nodes(log_dir: Path, *overrides: str, out: Path) -> list[subprocess.Po
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={node}",
                "--master_addr=127.0.0.1", f"--master_port={port}", str(ROOT / "train.py"), "trainer=ddp_sim",
                "trainer.num_nodes=2", "trainer.devices=1", f"paths.log_dir={log_dir}", *RUN, *overrides]
+        # node 1's clock reads 8 hours ahead of node 0's (its time zone): the folder must not follow it
+        env = {**ENV, "TZ": "UTC0" if node == 0 else "UTC-8"}
         with open(out.with_name(f"{out.name}.node{node}.log"), "w") as log:
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV,
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True))
     return procs
 
