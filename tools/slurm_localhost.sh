@@ -104,10 +104,27 @@ rm -f "$CONF_DIR/cgroup.conf"  # 22.05 has no cgroup/disabled: none is used (pro
 # job's end state, which `sacct -c` reads; $STATE/bin/sacct (put it first on PATH: submitit asks `sacct`
 # whether a job that wrote no result is done) reads it so.
 mkdir -p "$STATE/bin"
-cat > "$STATE/bin/sacct" <<'SH'
+cat > "$STATE/bin/sacct" <<SH
 #!/bin/bash
-# sacct from the job completion log (tools/slurm_localhost.sh); its parser's complaints about the log's
-# array fields (ArrayJobId, ArrayTaskId) are left out
+# sacct from the job completion log (written by tools/slurm_localhost.sh: there is no slurmdbd).
+# submitit's question (sacct -o JobID,State,NodeList --parsable2 -j ID ...) is answered from the log itself,
+# naming an array job's tasks <array id>_<task> as sacct does with accounting; anything else: sacct -c.
+LOG=$STATE/log/jobcomp.txt
+SH
+cat >> "$STATE/bin/sacct" <<'SH'
+if [[ "$*" == "-o JobID,State,NodeList --parsable2 "* ]]; then
+    ids=$(printf '%s\n' "$@" | awk 'prev == "-j" {print} {prev = $0}' | tr '\n' ' ')
+    echo "JobID|State|NodeList"
+    [ -f "$LOG" ] || exit 0
+    awk -v ids=" $ids" '{
+        delete f
+        for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = substr($i, length(kv[1]) + 2) }
+        base = ("ArrayJobId" in f && f["ArrayJobId"] != "") ? f["ArrayJobId"] : f["JobId"]
+        id = ("ArrayTaskId" in f && f["ArrayTaskId"] != "") ? base "_" f["ArrayTaskId"] : f["JobId"]
+        if (index(ids, " " base " ")) print id "|" f["JobState"] "|" f["NodeList"]
+    }' "$LOG"
+    exit 0
+fi
 exec 3>&1
 /usr/bin/sacct -c "$@" 2>&1 1>&3 | grep -v "Unknown type Array" >&2
 exit "${PIPESTATUS[0]}"
