@@ -1,9 +1,9 @@
 """Several nodes for real: two torchrun "nodes" on 127.0.0.1 (``--node_rank`` 0 and 1, one process each,
 gloo on CPU) started with the same command, as on a cluster with a shared filesystem.
 
-They train into one run folder named by rank 0 (tinylm.runs.ranks), with the weights of one node of two
-processes; a node killed mid-run ends the job with one line, and ``ckpt_path=last`` on every node
-continues it to the weights of the uninterrupted run.
+They train into one run folder named by rank 0 (tinylm.runs.ranks), their text tokenized once into the
+shared token cache, with the weights of one node of two processes; a node killed mid-run ends the job with
+one line, and ``ckpt_path=last`` on every node continues it to the weights of the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from conftest import ROOT, TINY_MODEL
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
 STEPS = 30  # enough steps after the first checkpoint that a node is killed mid-run
-RUN = [*TINY_MODEL, "callbacks=minimal", "data.repeat=40", f"trainer.max_steps={STEPS}",
-       "trainer.val_check_interval=3"]
+RUN = [*TINY_MODEL, "callbacks=minimal", f"trainer.max_steps={STEPS}", "trainer.val_check_interval=3"]
+REPEAT = 90_000  # the tiny text x this is over 8 MiB: tokenized once into the token cache (token_cache.CACHE_MIN_MIB)
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
 
 
@@ -77,24 +77,27 @@ def one_run(log_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory, tiny_corpus) -> Path:
-    """A 2 nodes x 1 process run, uninterrupted: its run folder."""
-    tmp = tmp_path_factory.mktemp("two-nodes")
-    run_nodes(tmp / "logs", f"data.path={tiny_corpus}", out=tmp / "out")
-    return one_run(tmp / "logs")
+def data(tmp_path_factory) -> list[str]:
+    """The data overrides of every run here: a text large enough for the token cache, a cache of its own."""
+    from conftest import TINY_TEXT
+
+    folder = tmp_path_factory.mktemp("text")
+    (folder / "tiny.txt").write_text(TINY_TEXT, encoding="utf-8")
+    return [f"data.path={folder / 'tiny.txt'}", f"data.repeat={REPEAT}", f"data.cache_dir={folder / 'tokens'}"]
 
 
 @pytest.fixture(scope="module")
-def tiny_corpus(tmp_path_factory) -> Path:
-    from conftest import TINY_TEXT
+def two_nodes(tmp_path_factory, data) -> Path:
+    """A 2 nodes x 1 process run, uninterrupted: its run folder. Its text is tokenized once, by one rank,
+    into the shared token cache; the other rank waits for it and maps it."""
+    tmp = tmp_path_factory.mktemp("two-nodes")
+    run_nodes(tmp / "logs", *data, out=tmp / "out")
+    said = output(tmp / "out", 0) + output(tmp / "out", 1)
+    assert said.count("tokenizing once into the token cache") == 1, said
+    return one_run(tmp / "logs")
 
-    path = tmp_path_factory.mktemp("text") / "tiny.txt"
-    path.write_text(TINY_TEXT, encoding="utf-8")
-    return path
 
-
-def test_two_nodes_train_one_run_folder_with_the_weights_of_one_node_of_two_processes(two_nodes, tiny_corpus,
-                                                                                       tmp_path):
+def test_two_nodes_train_one_run_folder_with_the_weights_of_one_node_of_two_processes(two_nodes, data, tmp_path):
     run = two_nodes
     assert [p.name for p in (run / "checkpoints").glob("last*")] == ["last.ckpt"]
     assert (run / "metrics.json").is_file() and not (run / "running.json").exists()
@@ -109,7 +112,7 @@ def test_two_nodes_train_one_run_folder_with_the_weights_of_one_node_of_two_proc
     # the same seed and world size on 1 node x 2 processes (Lightning starts rank 1): the same weights
     single = tmp_path / "one-node"
     proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "trainer=ddp_sim", "trainer.devices=2",
-                           f"hydra.run.dir={single}", f"data.path={tiny_corpus}", *RUN], capture_output=True,
+                           f"hydra.run.dir={single}", *data, *RUN], capture_output=True,
                           text=True, env=ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert_same_weights(run / "checkpoints" / "last.ckpt", single / "checkpoints" / "last.ckpt")
@@ -125,10 +128,10 @@ def stop_node(proc: subprocess.Popen) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def test_a_killed_node_ends_the_job_in_one_line_and_ckpt_path_last_on_every_node_finishes_it(two_nodes, tiny_corpus,
+def test_a_killed_node_ends_the_job_in_one_line_and_ckpt_path_last_on_every_node_finishes_it(two_nodes, data,
                                                                                               tmp_path):
     logs, out = tmp_path / "logs", tmp_path / "killed"
-    procs = start_nodes(logs, f"data.path={tiny_corpus}", out=out)
+    procs = start_nodes(logs, *data, out=out)
     try:
         while not list(logs.glob("runs/*/checkpoints/last.ckpt")):  # the first validation's checkpoint
             assert procs[0].poll() is None and procs[1].poll() is None, output(out, 0) + output(out, 1)
@@ -146,7 +149,7 @@ def test_a_killed_node_ends_the_job_in_one_line_and_ckpt_path_last_on_every_node
     assert len(errors) == 1 and "rank 0 of 2 lost the other ranks" in errors[0], output(out, 0)
     assert "ckpt_path=last on every node" in errors[0] and "Traceback" not in output(out, 0).split("error:")[0]
 
-    run_nodes(logs, f"data.path={tiny_corpus}", "ckpt_path=last", out=tmp_path / "resumed")
+    run_nodes(logs, *data, "ckpt_path=last", out=tmp_path / "resumed")
     assert one_run(logs) == run
     assert f"resuming from step {step}" in (run / "train.log").read_text()
     assert_same_weights(run / "checkpoints" / "last.ckpt", two_nodes / "checkpoints" / "last.ckpt")
