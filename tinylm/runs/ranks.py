@@ -84,8 +84,10 @@ def _store():
                     timeout=timedelta(seconds=WAIT_SECONDS))
 
 
-def _torchrun_key() -> str:
-    return f"tinylm/run_dir/{os.environ.get('TORCHELASTIC_RUN_ID')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+def _torchrun_key(attempt: int | None = None) -> str:
+    """The store's key of the run folder of this attempt (or of ``attempt``: torchrun's restarts count them)."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) if attempt is None else attempt
+    return f"tinylm/run_dir/{os.environ.get('TORCHELASTIC_RUN_ID')}/{attempt}"
 
 
 def slurm_file(log_dir: str | Path) -> Path:
@@ -198,17 +200,31 @@ def slurm_requeued() -> bool:
 
 def requeued_run(argv: list[str], conf_dir: Path) -> list[str]:
     """``argv`` of a SLURM job that SLURM requeued (SLURM_RESTART_COUNT > 0; not a sweep job, which
-    ``tinylm.runs.job.continue_requeued`` continues): ``ckpt_path=`` the last checkpoint of the run folder its
-    earlier attempt named, so that it continues that run; unchanged when the command line names a checkpoint
-    or no earlier attempt saved one."""
+    ``tinylm.runs.job.continue_requeued`` continues), or of a torchrun job whose workers torchrun restarted
+    (TORCHELASTIC_RESTART_COUNT > 0, ``--max-restarts``): ``ckpt_path=`` the last checkpoint of the run folder
+    its earlier attempt named, so that it continues that run; unchanged when the command line names a
+    checkpoint or no earlier attempt saved one."""
     env = os.environ
-    restart = int(env.get("SLURM_RESTART_COUNT") or 0)
-    if restart < 1 or "SLURM_JOB_ID" not in env or slurm_interactive() or \
-            any(a.lstrip("+").startswith("ckpt_path=") for a in argv[1:]):
+    if any(a.lstrip("+").startswith("ckpt_path=") for a in argv[1:]):
         return argv
     from tinylm.cli import quote_values
     from tinylm.run_folder import LAST_CHECKPOINT
     from tinylm.runs.folder import composed_log_dir
+
+    job = launch()
+    if job is not None and job.how == "torchrun" and int(env.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        restart = int(env["TORCHELASTIC_RESTART_COUNT"])
+        store = _store()
+        for attempt in range(restart - 1, -1, -1):  # torchrun restarted its workers (--max-restarts)
+            key = _torchrun_key(attempt)
+            last = Path(store.get(key).decode()) / LAST_CHECKPOINT if store.check([key]) else None
+            if last is not None and last.is_file():
+                print(f"torchrun restarted the job's workers (attempt {restart + 1}): continuing {last}", flush=True)
+                return [*argv, *quote_values([f"ckpt_path={last}"], ("ckpt_path",))]
+        return argv
+    restart = int(env.get("SLURM_RESTART_COUNT") or 0)
+    if restart < 1 or "SLURM_JOB_ID" not in env or slurm_interactive():
+        return argv
 
     log_dir = composed_log_dir(conf_dir, [a for a in argv[1:] if not a.startswith(("-", "hydra."))])
     earlier = []
