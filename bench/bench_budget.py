@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_train import SHAKESPEARE, nanogpt_workdir, processor_name, time_command
+from procs import SHAKESPEARE, nanogpt_workdir, processor_name, time_command
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOGPT_ARGS = ["--device=cpu", "--compile=False", "--block_size=32", "--batch_size=32", "--n_layer=4",

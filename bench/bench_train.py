@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,7 @@ from bench_generate import measure as measure_generation
 from hydra import compose, initialize_config_dir
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
+from procs import SHAKESPEARE, nanogpt_workdir, peak_rss_kib, processor_name, time_command  # noqa: F401
 
 from tinylm.tasks import model_class_of, task_of_config
 from tinylm.tasks.text.data import TextDataModule
@@ -45,7 +44,6 @@ from tinylm.training.fit import Run, build_datamodule, build_module
 from tinylm.training.module import LitLanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # nanoGPT's dataset, for --nanogpt
 
 # data.batch_size and model.* settings of conf/train.yaml
 CONFIGS = {
@@ -56,17 +54,6 @@ CONFIGS = {
 STEP_SCALE = {"reference": 1.0, "larger": 0.06}
 
 
-def processor_name(device: str = "cpu") -> str:
-    """The processor's name (a CPU's from /proc/cpuinfo on Linux), for the record: MFU depends on it."""
-    if device == "cuda":
-        return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def synchronize(device: str) -> None:
@@ -288,38 +275,8 @@ def bench_config(name: str, cfg: dict, steps: int, repeats: int, peak: float, lo
     return results
 
 
-def peak_rss_kib(pid: int) -> int:
-    """A running process's own peak RSS (VmHWM in /proc/PID/status; 0 where there is none)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
-def time_command(cmd: list[str], cwd: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of a child process.
-
-    The peak is the child's VmHWM, read while it runs: getrusage (or wait4) would report at least
-    this benchmark's own size, because a forked child's maximum RSS counts the pages it shares with
-    its parent until it execs.
-    """
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-        peak = 0
-        while True:
-            peak = max(peak, peak_rss_kib(proc.pid))  # before poll(): poll reaps the process
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        wall = time.perf_counter() - started
-        if proc.returncode != 0:
-            stderr.seek(0)
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr.read()}")
-    return wall, peak / 1024
 
 
 def bench_train_py(run_dir: str, data: str = "default") -> dict:
@@ -335,32 +292,6 @@ def bench_train_py(run_dir: str, data: str = "default") -> dict:
             "steps": metrics["steps"], "val_loss": round(metrics["val_loss"], 4)}
 
 
-def nanogpt_workdir(nanogpt: Path, work: Path, text_path: Path = SHAKESPEARE) -> int:
-    """A copy of nanoGPT's train.py, model.py, configurator.py and shakespeare_char config in ``work``, with
-    its data/shakespeare_char prepared from ``text_path`` as its prepare.py does (characters sorted into ids,
-    the first 90% for training, the rest for validation); the checkout is only read. Returns the number of
-    validation characters."""
-    import pickle
-
-    import numpy as np
-
-    text = text_path.read_text(encoding="utf-8")
-    data = work / "data" / "shakespeare_char"
-    data.mkdir(parents=True)
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
-    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
-    n = int(0.9 * len(ids))
-    ids[:n].tofile(data / "train.bin")
-    ids[n:].tofile(data / "val.bin")
-    with open(data / "meta.pkl", "wb") as f:
-        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
-    for name in ("train.py", "model.py", "configurator.py"):
-        (work / name).write_bytes((nanogpt / name).read_bytes())
-    (work / "config").mkdir()
-    (work / "config" / "train_shakespeare_char.py").write_bytes(
-        (nanogpt / "config" / "train_shakespeare_char.py").read_bytes())
-    return len(ids) - n
 
 
 def bench_nanogpt(nanogpt: Path, work: Path) -> dict:
