@@ -332,6 +332,9 @@ def token_cache_in_tmp(tmp_path_factory):
 # (idle workers then take half of the longest queue), so a long test collected late would run alone
 # at the end of the suite; started first, the short ones fill the other workers meanwhile. Longest first.
 STARTS_FIRST = (
+    "test_slurm.py::test_srun_and_sbatch_jobs_make_one_run_folder_and_a_layout_lightning_cannot_use_is_one_line",
+    "test_slurm.py::test_scontrol_requeue_saves_and_the_job_continues_from_its_last_checkpoint",
+    "test_slurm.py::test_a_sweep_on_slurm_runs_each_job_as_two_ddp_tasks_and_ends_with_its_table",
     "test_seq2seq.py::test_the_numbers_demo_reaches_the_reported_accuracy",
     "test_resumable_sweeps.py::test_ctrl_c_stops_a_parallel_sweep_with_every_job_saved_and_a_rerun_finishes_it",
     "test_resumable_sweeps.py::test_parallel_jobs_keep_their_own_folders_results_errors_and_thread_share",
