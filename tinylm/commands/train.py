@@ -23,7 +23,8 @@ from tinylm.cli import TRAIN_FOLDER_KEYS, TRAIN_PATH_KEYS, few_collections, quot
 from tinylm.errors import EXIT_INTERRUPTED, TinyLMError
 from tinylm.run_folder import CONF_DIR
 from tinylm.runs.folder import discard_new_folder, newest_sweep_dir, note_given_run_dir, register_resolvers
-from tinylm.runs.ranks import check_layout, folder_named, launch, requeued_run, shared_run_folder
+from tinylm.runs.layout import check_layout
+from tinylm.runs.ranks import folder_named, launch, requeued_run, shared_run_folder
 from tinylm.tasks import refuse_derived
 
 
@@ -59,7 +60,7 @@ def check_command_line(argv: list[str], in_sweep: bool) -> None:
             download(data.url, Path(resolve_path(data.path)), data.get("sha256"))
     if not in_sweep:  # a new hydra.run.dir, a resume's too, is this run's: a refusal removes it
         note_given_run_dir(argv)
-        check_layout(cfg.trainer)  # SLURM's tasks against trainer.devices x trainer.num_nodes
+        check_layout(cfg.trainer)  # SLURM's tasks or torchrun's processes against devices x num_nodes
 
 
 def check_quickly(cfg: DictConfig) -> None:

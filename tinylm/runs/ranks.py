@@ -18,9 +18,8 @@ Rank 0 writes the lock, ``running.json``, the checkpoints, the TensorBoard event
 ``train.log``. A rank 0 that stops before it chose a folder (a refused config) says so to the others, who
 end with one line too instead of waiting.
 
-``check_layout`` checks SLURM's task layout against ``trainer.devices`` x ``trainer.num_nodes`` before
-anything is built: Lightning takes one SLURM task per rank; ``srun -n2`` (no ``--ntasks-per-node``), which
-Lightning refuses, is taken as 2 tasks per node when SLURM placed the same number on every node.
+``tinylm.runs.layout.check_layout`` checks the layout SLURM or torchrun started against ``trainer.devices`` x
+``trainer.num_nodes`` before anything is built.
 """
 
 from __future__ import annotations
@@ -250,47 +249,3 @@ def leave_files_to_rank_zero() -> None:
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)
         handler.close()
-
-
-def _per_node(tasks_per_node: str) -> int | None:
-    """SLURM_TASKS_PER_NODE ("2", "2(x3)", "2(x2),1") as one number when every node runs as many tasks."""
-    counts = {int(m.group(1)) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", tasks_per_node)}
-    return counts.pop() if len(counts) == 1 else None
-
-
-def check_layout(trainer: dict) -> None:
-    """Under SLURM with several tasks: the layout must be Lightning's, one task per rank, as many on every
-    node as ``trainer.devices``, on ``trainer.num_nodes`` nodes; one error line saying which to use."""
-    job = launch()
-    if job is None or job.how != "slurm" or job.world < 2:
-        return
-    try:
-        _check_slurm_layout(job, trainer)
-    except TinyLMError:
-        if job.rank == 0:
-            raise
-        raise SystemExit(1) from None  # rank 0 says it: one line for the job
-
-
-def _check_slurm_layout(job: Launch, trainer: dict) -> None:
-    devices, nodes = trainer.get("devices"), trainer.get("num_nodes", 1)
-    env = os.environ
-    per_node = _per_node(env.get("SLURM_TASKS_PER_NODE", ""))
-    nnodes = int(env.get("SLURM_NNODES", "1"))
-    layout = f"SLURM started {job.world} tasks on {nnodes} node(s) ({env.get('SLURM_TASKS_PER_NODE')} per node)"
-    if per_node is None:
-        raise TinyLMError(f"{layout}, not as many on every node, which Lightning cannot use: start them with "
-                          f"--nodes={nnodes} --ntasks-per-node={job.world // nnodes or 1}")
-    fix = f"srun --nodes={nnodes} --ntasks-per-node={per_node} with trainer.devices={per_node} " \
-          f"trainer.num_nodes={nnodes}"
-    if not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1:
-        raise TinyLMError(f"{layout}: Lightning takes one task per rank, so trainer.devices must be a number "
-                          f"(it is {devices}): use {fix}")
-    if trainer.get("strategy") in (None, "auto", "single_device") and devices == 1 and nodes == 1:
-        raise TinyLMError(f"{layout}, but the trainer trains one process: run one task (srun -n1), or use "
-                          f"trainer=ddp and {fix}")
-    if (devices, nodes) != (per_node, nnodes):
-        raise TinyLMError(f"{layout}, but trainer.devices={devices} trainer.num_nodes={nodes} make "
-                          f"{devices * nodes} rank(s) of {devices} per node: use {fix}, or start "
-                          f"srun --nodes={nodes} --ntasks-per-node={devices}")
-    env.setdefault("SLURM_NTASKS_PER_NODE", str(per_node))  # srun -n2: Lightning wants --ntasks-per-node
