@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,21 @@ def test_the_refusal_is_one_error_line_before_a_run_folder_is_made(monkeypatch, 
         run_command_line()
     assert str(e.value.code).startswith("error: ") and "\n" not in str(e.value.code), e.value.code
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lost_ranks_line_quotes_the_backends_first_sentence():
+    from types import SimpleNamespace
+
+    from tinylm.training.fit import lost_ranks, peer_reason
+
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                        "[127.0.0.1]:11992: Connection reset by peer. This is typically caused by a remote worker "
+                        "crashing. Check the logs of the remote worker before reporting an error.")
+    assert peer_reason(gloo) == "Read error [127.0.0.1]:11992: Connection reset by peer."
+    endless = RuntimeError("Connection closed by peer " + "word " * 100)
+    assert peer_reason(endless).endswith("word ...") and len(peer_reason(endless)) <= 244
+    trainer = SimpleNamespace(world_size=2, global_rank=0, global_step=7)
+    with pytest.raises(TinyLMError) as e, lost_ranks(trainer, Path("/nonexistent")):
+        raise gloo
+    assert "(a node or a process of the job died: Read error [127.0.0.1]:11992: Connection reset by peer.); " \
+           "the job is over, no checkpoint was saved yet" in str(e.value), e.value

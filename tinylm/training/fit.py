@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import signal
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -183,6 +184,16 @@ PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pi
              "ProcessGroupNCCL", "DistBackendError", "DistNetworkError", "Socket Timeout", "timed out")
 
 
+def peer_reason(error: BaseException, limit: int = 240) -> str:
+    """The backend's reason in one sentence: gloo's source location (``[.../pair.cc:537] ``) left out, cut after
+    the first sentence (its advice follows), or at a word within ``limit`` characters."""
+    text = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|py):\d+\]\s*", "", one_line(str(error)))
+    first = re.match(r".*?[.!?](?=\s|$)", text)
+    if first is not None and len(first.group()) <= limit:
+        return first.group()
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 @contextmanager
 def lost_ranks(trainer: L.Trainer, output_dir: Path) -> Iterator[None]:
     """In a job of several ranks, a rank that loses the others (a node or a process died, its connection
@@ -197,7 +208,7 @@ def lost_ranks(trainer: L.Trainer, output_dir: Path) -> Iterator[None]:
         saved = f"its last checkpoint is {last}" if last.is_file() else "no checkpoint was saved yet"
         raise TinyLMError(
             f"rank {trainer.global_rank} of {trainer.world_size} lost the other ranks at step {trainer.global_step} "
-            f"(a node or a process of the job died: {one_line(str(e))[:160]}); the job is over, {saved}: start the "
+            f"(a node or a process of the job died: {peer_reason(e)}); the job is over, {saved}: start the "
             "same command with ckpt_path=last on every node to continue it"
         ) from None
 
