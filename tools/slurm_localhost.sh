@@ -34,8 +34,9 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
     command -v apt-get >/dev/null || fail "slurm-wlm is not installed and there is no apt-get to install it: install slurmctld, slurmd and munge"
     say "installing slurm-wlm and munge (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
-    (apt-get install -y -q slurm-wlm munge >/dev/null 2>&1 ||
-     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q slurm-wlm munge >/dev/null 2>&1; }) ||
+    apt=(-o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20 -o Acquire::Retries=1)  # offline: fail soon
+    (apt-get "${apt[@]}" install -y -q slurm-wlm munge >/dev/null 2>&1 ||
+     { apt-get "${apt[@]}" update -q >/dev/null 2>&1 && apt-get "${apt[@]}" install -y -q slurm-wlm munge >/dev/null 2>&1; }) ||
         fail "apt-get could not install slurm-wlm and munge (offline? run apt-get install -y slurm-wlm munge to see why)"
 fi
 
@@ -135,7 +136,7 @@ running() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/nu
 running slurmctld || slurmctld || fail "slurmctld did not start (see $STATE/log/slurmctld.log)"
 running slurmd || slurmd || fail "slurmd did not start (see $STATE/log/slurmd.log)"
 for _ in $(seq 100); do
-    state=$(sinfo -h -N -o %t 2>/dev/null | head -1 || true)
+    state=$(timeout 5 sinfo -h -N -o %t 2>/dev/null | head -1 || true)  # a hung slurmctld: 5 s, not MessageTimeout
     case "$state" in idle*|mix*|alloc*) break ;; down*|drain*) scontrol update nodename="$HOST" state=resume 2>/dev/null || true ;; esac
     sleep 0.2
 done
