@@ -17,7 +17,9 @@ all see the same machine load (the load average is printed: on a busy machine ev
   (data.batch_size per process, so a step trains twice the windows) and all-reduces the gradients.
 
 Throughput is training windows' tokens per second (every rank's); DDP's cost per step is its step time
-over the one-thread process's, whose work per rank it is.
+over the one-thread process's, whose work per rank it is. The per-process step times come first: the ratio
+and the cost are "not measurable at this load" when the 1-minute load average went above the core count
+(other work had the cores) or the cost came out 0 or less.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def main() -> None:
     print(f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f} at the start; model {args.model}, "
           f"batch {args.batch_size} per process, steps {short} and {long}, best of {args.repeats}", flush=True)
     best: dict[str, float] = {}  # layout -> the fastest step time of the repeats
+    loads = [os.getloadavg()[0]]  # the 1-minute load average, at the start and after every run
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for name, (launcher, overrides, _ranks) in layouts().items():
@@ -87,19 +90,33 @@ def main() -> None:
                 # the two runs for that, the long run's wall per step (an upper bound) stands for it
                 step = (walls[1] - walls[0]) / (long - short) if walls[1] > walls[0] else walls[1] / long
                 best[name] = min(best.get(name, float("inf")), step)
+                loads.append(os.getloadavg()[0])
                 print(f"  {name}: {step * 1000:.1f} ms/step ({short} steps {walls[0]:.2f} s, {long} steps "
                       f"{walls[1]:.2f} s)", flush=True)
+    load = max(loads)
     ranks = {name: r for name, (_, _, r) in layouts().items()}
     rates = {name: ranks[name] * args.batch_size * block / step for name, step in best.items()}
+    ddp, one = best["2 procs x 1 thread (DDP)"], best["1 proc x 1 thread"]
+    print(f"\nper process: {one * 1000:.1f} ms/step alone on one thread, {ddp * 1000:.1f} ms/step as one of 2 DDP "
+          "ranks")
     print(f"\n{'layout':<26} {'ms/step':>8} {'tokens/s':>10} {'vs 1x2':>7}")
     for name, step in best.items():
         print(f"{name:<26} {step * 1000:8.1f} {rates[name]:10,.0f} {rates[name] / rates['1 proc x 2 threads']:6.2f}x")
-    ddp, one = best["2 procs x 1 thread (DDP)"], best["1 proc x 1 thread"]
-    print(f"\nthroughput, 2 procs x 1 thread / 1 proc x 2 threads: "
-          f"{rates['2 procs x 1 thread (DDP)'] / rates['1 proc x 2 threads']:.2f}x")
-    print(f"DDP's cost per step: {(ddp - one) * 1000:+.1f} ms ({ddp / one:.2f}x the one-thread process's step, "
-          "the same work per rank) for the gradient all-reduce and the ranks waiting for each other")
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    ratio = rates["2 procs x 1 thread (DDP)"] / rates["1 proc x 2 threads"]
+    print(f"\nthroughput, 2 procs x 1 thread / 1 proc x 2 threads: {measured(f'{ratio:.2f}x', 1.0, load)}")
+    print("DDP's cost per step: " + measured(f"{(ddp - one) * 1000:+.1f} ms ({ddp / one:.2f}x the one-thread "
+          "process's step, the same work per rank) for the gradient all-reduce and the ranks waiting for each "
+          "other", ddp - one, load))
+    print(f"load average {os.getloadavg()[0]:.1f} at the end (highest seen {load:.1f}, {os.cpu_count()} CPU(s))")
+
+
+def measured(figure: str, cost: float, load: float, cores: int | None = None) -> str:
+    """``figure``, or why it is not one: a cost of 0 or less, or a 1-minute load average above the core count
+    (other work took the cores, so the layouts' figures say how busy the machine was, not what they cost)."""
+    cores = cores or os.cpu_count() or 1
+    if cost <= 0 or load > cores:
+        return f"not measurable at this load (load average {load:.1f} on {cores} CPU(s))"
+    return figure
 
 
 if __name__ == "__main__":
