@@ -51,7 +51,7 @@ def refusal(trainer: dict) -> str:
 def test_one_slurm_task_of_a_two_device_trainer_is_refused_with_the_layout_to_use(monkeypatch):
     srun(monkeypatch, 1, "1")  # srun -N1 -n1 (or --ntasks-per-node=1) ... trainer=ddp trainer.devices=2
     text = refusal(DDP)
-    assert "SLURM started 1 tasks" in text and "srun --nodes=1 --ntasks-per-node=2" in text, text
+    assert "SLURM started 1 tasks" in text and "per node: start srun --nodes=1 --ntasks-per-node=2, or" in text, text
     check_layout(ONE)  # one task of a one-process trainer: fine
     check_layout({**DDP, "devices": 1})  # ddp of one rank
     check_layout({**ONE, "devices": "auto"})  # Lightning counts the devices

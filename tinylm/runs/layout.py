@@ -153,7 +153,8 @@ def _check_slurm_layout(job: Launch, trainer: dict) -> None:
         raise TinyLMError(f"{layout}, but the trainer trains one process: run one task (srun -n1), or use "
                           f"trainer=ddp and {fix}")
     if (devices, nodes) != (per_node, nnodes):
+        start = f"start srun --nodes={nodes} --ntasks-per-node={devices}"
+        fixes = f"{start}, or use {fix}" if job.world < devices * nodes else f"use {fix}, or {start}"
         raise TinyLMError(f"{layout}, but trainer.devices={devices} trainer.num_nodes={nodes} make "
-                          f"{devices * nodes} rank(s) of {devices} per node: use {fix}, or start "
-                          f"srun --nodes={nodes} --ntasks-per-node={devices}")
+                          f"{devices * nodes} rank(s) of {devices} per node: {fixes}")
     env.setdefault("SLURM_NTASKS_PER_NODE", str(per_node))  # srun -n2: Lightning wants --ntasks-per-node
