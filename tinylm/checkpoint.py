@@ -12,7 +12,6 @@ A saved model folder (``lm.save_pretrained``: ``model.safetensors`` and ``config
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from tinylm.run_folder import (
 )
 from tinylm.tasks import task_of_checkpoint
 from tinylm.tasks.base import LoadedModel
-from tinylm.textfile import read_capped_bytes
+from tinylm.textfile import read_capped_bytes, read_json
 from tinylm.tokenizer import Tokenizer, tokenizer_from_state
 from tinylm.values import SHORT, one_line
 
@@ -164,8 +163,8 @@ def read_saved_config(folder: Path) -> dict:
     """config.json of a saved model folder, checked to be one tinylm wrote (one TinyLMError line if not)."""
     path = folder / SAVED_CONFIG
     try:
-        config = json.loads(read_capped_bytes(path, SAVED_CONFIG, MAX_SAVED_CONFIG_MIB, links=False))
-    except (TinyLMError, ValueError, RecursionError) as e:  # not a regular file, too big, not JSON, nested too deep
+        config = read_json(path, SAVED_CONFIG, MAX_SAVED_CONFIG_MIB, links=False)
+    except TinyLMError as e:  # not a regular file, too big, not JSON, nested too deep
         raise TinyLMError(f"{shown_path(path)} cannot be read as JSON ({one_line(e, SHORT)}): {SAVED_FIX}") from None
     if isinstance(config, dict) and config.get("tinylm_export") == "transformer_lens":
         raise TinyLMError(f"{shown_path(folder)} is a TransformerLens export (export.py format=transformer_lens): "

@@ -21,7 +21,6 @@ Listing a run's checkpoints removes the partials of a run whose writer is gone; 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import stat
@@ -32,7 +31,7 @@ from typing import NamedTuple
 import yaml
 
 from tinylm.errors import TinyLMError
-from tinylm.textfile import MIB, read_capped_bytes
+from tinylm.textfile import MIB, read_capped_bytes, read_json
 
 CHECKPOINTS_DIR, LAST_NAME, BEST_PREFIX, CKPT_SUFFIX = "checkpoints", "last.ckpt", "best-", ".ckpt"
 LAST_CHECKPOINT = Path(CHECKPOINTS_DIR) / LAST_NAME
@@ -113,8 +112,8 @@ def read_marker(folder: Path, name: str = MARKER) -> dict | None:
     """``running.json`` (or ``claim.json``): pid, host and start time (Unix time); None when there is
     none, or it is damaged, not a regular file or over ``MARKER_BYTES`` (opened without blocking)."""
     try:
-        marker = json.loads(read_capped_bytes(folder / name, name, MARKER_BYTES / MIB))
-    except (TinyLMError, ValueError):
+        marker = read_json(folder / name, name, MARKER_BYTES / MIB)
+    except TinyLMError:
         return None
     types = {"pid": int, "host": str, "started": int | float}
     ok = isinstance(marker, dict) and all(isinstance(marker.get(key), kind) for key, kind in types.items())

@@ -8,11 +8,13 @@ before a long job writes its output: whether the folder for it can be made and w
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
+from tinylm.values import SHORT, one_line
 
 MIB = 1 << 20
 CHUNK = 16 * MIB  # what a file that grows while being read is read on by
@@ -46,6 +48,16 @@ def read_capped_bytes(path: str | os.PathLike, key: str, max_mib: float, cap_key
     if len(data) > limit:
         raise TinyLMError(f"{key}={path} grew past the {max_mib:g} MiB limit while being read: {raise_cap(cap_key)}")
     return data
+
+
+def read_json(path: str | os.PathLike, key: str, max_mib: float, links: bool = True):
+    """The JSON value of the regular file ``path``, read as ``read_capped_bytes`` reads it; one TinyLMError for
+    whatever is wrong (not a regular file, too big, not JSON, nested too deep for the parser)."""
+    data = read_capped_bytes(path, key, max_mib, links=links)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise TinyLMError(f"{key}={path} is not JSON ({one_line(e, SHORT)})") from None
 
 
 def capped_file(path: Path, key: str, max_mib: float, cap_key: str | None = None,

@@ -18,7 +18,6 @@ back and compared with the checkpoint's logits before success is reported; ``for
 ``lm.save_pretrained`` writes (``tinylm.interop.saved``), which every command reads as a checkpoint.
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from tinylm.console import checkpoint_name, shown_path
 from tinylm.errors import TinyLMError
 from tinylm.run_folder import CONF_DIR
 from tinylm.tasks import get_task
-from tinylm.textfile import read_capped_bytes
+from tinylm.textfile import read_json
 from tinylm.values import check_value, choice
 
 PATH_KEYS = ("ckpt_path", "run_dir", "out", "paths.log_dir")
@@ -75,8 +74,8 @@ def output_folder(cfg: DictConfig) -> Path | None:
 def earlier_export(folder: Path, format: str) -> bool:
     """Whether ``folder`` holds an export of ``format`` that tinylm wrote (its config.json says so)."""
     try:
-        config = json.loads(read_capped_bytes(folder / "config.json", "config.json", 64, links=False))
-    except (TinyLMError, ValueError, RecursionError):
+        config = read_json(folder / "config.json", "config.json", 64, links=False)
+    except TinyLMError:
         return False
     key = "tinylm_export" if format == "transformer_lens" else "tinylm_format"
     return isinstance(config, dict) and key in config and (key == "tinylm_format" or config[key] == format)

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.textfile import capped_file, read_capped_bytes
+from tinylm.textfile import capped_file, read_json
 from tinylm.values import SHORT, one_line
 
 INSTALL = 'pip install -e ".[interop]"'
@@ -177,8 +177,8 @@ def load(folder: str | Path):
     folder = Path(folder)
     remedy = "write one with `python export.py format=transformer_lens`"
     try:
-        config = json.loads(read_capped_bytes(folder / CONFIG_FILE, CONFIG_FILE, MAX_CONFIG_MIB, links=False))
-    except (TinyLMError, ValueError, RecursionError) as e:
+        config = read_json(folder / CONFIG_FILE, CONFIG_FILE, MAX_CONFIG_MIB, links=False)
+    except TinyLMError as e:
         raise TinyLMError(f"{folder} is not a TransformerLens export of tinylm ({one_line(e, SHORT)}): "
                           f"{remedy}") from None
     if not isinstance(config, dict) or config.pop("tinylm_export", None) != FORMAT:
