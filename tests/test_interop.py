@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import builders
 import pytest
 import torch
 from builders import build_tokenizer
@@ -37,20 +38,7 @@ TEXT = TINY_TEXT[:BLOCK]
 
 def trained_gpt(tokenizer, steps: int = 60, **options) -> GPT:
     """A tiny GPT with ``options`` trained in-process for a moment on TINY_TEXT: weights far from their init."""
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=BLOCK, n_embd=16, num_heads=2, num_layers=2,
-                          dropout=0.0, **options))
-    data = torch.tensor(tokenizer.encode(TINY_TEXT * 4))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        starts = torch.randint(len(data) - BLOCK - 1, (16,))
-        x = torch.stack([data[s : s + BLOCK] for s in starts])  # (16, BLOCK)
-        y = torch.stack([data[s + 1 : s + BLOCK + 1] for s in starts])
-        loss = model(x, y)[1]
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return builders.trained_gpt(tokenizer, TINY_TEXT, BLOCK, steps, **options)
 
 
 def differences(model: GPT, hooked, ids: torch.Tensor) -> dict[str, float]:

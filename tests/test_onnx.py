@@ -10,6 +10,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import builders
 import numpy as np
 import onnx
 import pytest
@@ -39,22 +40,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def trained_gpt(pos_encoding: str, tokenizer: CharTokenizer) -> GPT:
-    """A tiny GPT trained in-process for a moment on TINY_TEXT: it continues the text, and its
-    logits are as peaked as a real model's."""
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=BLOCK, n_embd=16, num_heads=2,
-                          num_layers=2, dropout=0.0, pos_encoding=pos_encoding))
-    data = torch.tensor(tokenizer.encode(TINY_TEXT * 4))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(60):
-        starts = torch.randint(len(data) - BLOCK - 1, (16,))
-        x = torch.stack([data[s : s + BLOCK] for s in starts])  # (16, BLOCK)
-        y = torch.stack([data[s + 1 : s + BLOCK + 1] for s in starts])
-        loss = model(x, y)[1]
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    """A tiny GPT trained in-process for a moment on TINY_TEXT (tests/builders.py)."""
+    return builders.trained_gpt(tokenizer, TINY_TEXT, BLOCK, pos_encoding=pos_encoding)
 
 
 def save_checkpoint(model, tokenizer, path: Path, step: int = 60) -> Path:
