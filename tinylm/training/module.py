@@ -29,6 +29,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, model_config
 from tinylm.tasks import DEFAULT_TASK, get_task
 from tinylm.tasks.base import Task, bits_per_char
+from tinylm.training.adamw import FusedAdamW
 
 
 def score_tag(name: str) -> str:
@@ -67,12 +68,13 @@ def adamw(param_groups: list[dict], lr: float = 1e-3, weight_decay: float = 0.1,
           betas: tuple[float, float] = (0.9, 0.99), warmup_steps: int = 0, decay_steps: int = 0,
           min_lr_ratio: float = 0.1, decay: str = "cosine"):
     """conf/optim/adamw.yaml: fused AdamW over ``param_groups`` (``weight_decay`` where a group sets none),
-    in what ``configure_optimizers`` returns.
+    in what ``configure_optimizers`` returns: torch's kernel with less Python around it
+    (``tinylm.training.adamw.FusedAdamW``, the same weights bit for bit).
 
     ``decay_steps`` > 0 adds warmup + cosine (or linear) decay, stepped every training step (reaching the
     floor ``min_lr_ratio`` at that step); 0 keeps the learning rate constant, as the reference run does.
     """
-    optimizer = torch.optim.AdamW(param_groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas), fused=True)
+    optimizer = FusedAdamW(param_groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas))
     return scheduled(optimizer, warmup_steps, decay_steps, min_lr_ratio, decay)
 
 
