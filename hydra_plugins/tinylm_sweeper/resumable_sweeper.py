@@ -5,7 +5,9 @@ the logic in ``tinylm.runs.sweep_resume``. conf/hydra/default.yaml makes it the 
 ``python train.py -m ...`` runs a sweep as Hydra's basic sweeper would, and running the same
 command again with ``hydra.sweep.dir=<that sweep>`` finishes it (see ``tinylm.runs.sweep_resume``).
 Each job's config is composed once, and on the joblib launcher the largest jobs start first
-(``hydra.sweeper.largest_first=false``: in the grid's order; see ``tinylm.runs.sweep_launch``).
+(``hydra.sweeper.largest_first=false``: in the grid's order; see ``tinylm.runs.sweep_launch``), in
+workers that start warm, or in this process when only one job would run at a time
+(``tinylm.runs.sweep_workers``).
 """
 
 from collections.abc import Sequence
@@ -38,12 +40,17 @@ class ResumableSweeper(BasicSweeper):
         self.largest_first = largest_first
 
     def setup(self, *, hydra_context, task_function, config) -> None:
-        from tinylm.runs.sweep_launch import ComposedOnce
-        from tinylm.runs.sweep_resume import ResumingLauncher
+        from tinylm.runs.sweep_launch import ComposedOnce, runs_in_parallel
+        from tinylm.runs.sweep_workers import JoblibJobs, start_warm_workers
 
         hydra_context = HydraContext(config_loader=ComposedOnce(hydra_context.config_loader),
                                      callbacks=hydra_context.callbacks)  # each job's config composed once
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        if runs_in_parallel(self.launcher):  # before this process imports the training stack itself
+            start_warm_workers()
+            self.launcher = JoblibJobs(self.launcher)
+        from tinylm.runs.sweep_resume import ResumingLauncher
+
         self.launcher = ResumingLauncher(self.launcher, hydra_context, config, self.largest_first)
 
     def sweep(self, arguments: Sequence[str]) -> Any:

@@ -40,6 +40,7 @@ from tinylm.runs.lock import FolderInUse, holding
 from tinylm.runs.ranks import leave_files_to_rank_zero
 from tinylm.runs.resume import check_resume, record_resume
 from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopped
+from tinylm.runs.sweep_workers import AT_ONCE_ENV, usable_cores
 from tinylm.training.fit import build_datamodule, build_module, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
 from tinylm.training.safety import exit_code
@@ -111,8 +112,9 @@ def run(cfg: DictConfig) -> dict:
         share = thread_share()
         resolved = prepare(cfg, share)
         if share and not cfg.threads:
-            log.info("sweep job: %d thread(s), an even share of the cores for hydra.launcher.n_jobs=%s "
-                     "parallel jobs (set threads= to choose)", share, HydraConfig.get().launcher.n_jobs)
+            log.info("sweep job: %d thread(s), an even share of the cores for the %d jobs running at once "
+                     "(hydra.launcher.n_jobs=%s; set threads= to choose)", share, jobs_at_once(),
+                     HydraConfig.get().launcher.n_jobs)
         output_dir = Path(cfg.paths.output_dir)
         ckpt_path = resolve_path(continue_requeued(cfg))
         in_the_run = not ckpt_path
@@ -164,17 +166,20 @@ def continue_requeued(cfg: DictConfig) -> str | None:
 
 
 def thread_share() -> int | None:
-    """In a sweep under the joblib launcher, an even share of the cores for each job (at least 1)."""
+    """In a sweep under the joblib launcher, an even share of the cores for each of the jobs that run at
+    once (at least 1); None for a job that runs alone (PyTorch's default threads, one per core)."""
     if sweep_dir_of_job() is None or "Joblib" not in str(HydraConfig.get().launcher.get("_target_", "")):
         return None
+    at_once = jobs_at_once()
+    return None if at_once == 1 else max(1, usable_cores() // at_once)
+
+
+def jobs_at_once() -> int:
+    """How many jobs of this joblib sweep run side by side: as its launcher told the job
+    (``tinylm.runs.sweep_workers``), else ``hydra.launcher.n_jobs`` (a sweeper of its own, e.g. Optuna's)."""
     from joblib import effective_n_jobs
 
-    return max(1, usable_cores() // effective_n_jobs(HydraConfig.get().launcher.n_jobs))
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return int(os.environ.get(AT_ONCE_ENV) or effective_n_jobs(HydraConfig.get().launcher.n_jobs))
 
 
 def warn_if_busy() -> None:

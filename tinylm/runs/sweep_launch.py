@@ -8,18 +8,17 @@
   sweep whose largest job comes last ends with that job alone on the machine. Jobs are started
   largest first instead (the longest-processing-time rule), each keeping its own number and folder.
 - ``job_work``: the estimate of a job's size that order uses.
+
+Where the jobs run (workers started warm, or this process when one at a time): ``tinylm.runs.sweep_workers``.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Sequence
 
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
-
-log = logging.getLogger(__name__)
 
 # the vocabulary size assumed when a job's model is sized before its data is read (a byte's 256 values)
 SIZING_VOCAB = 256
@@ -66,32 +65,24 @@ JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLau
 
 
 def runs_in_parallel(launcher) -> bool:
-    """Whether ``launcher`` is Hydra's joblib launcher (jobs in parallel processes, started in order).
-    By name: Hydra's plugin scan may load the plugin's module afresh, a class object of its own."""
+    """Whether ``launcher`` is Hydra's joblib launcher (jobs in parallel processes, started in order), or
+    it launched by ``tinylm.runs.sweep_workers``. By name: Hydra's plugin scan may load the plugin's
+    module afresh, a class object of its own."""
+    from tinylm.runs.sweep_workers import JoblibJobs
+
+    launcher = launcher.launcher if isinstance(launcher, JoblibJobs) else launcher
     return f"{type(launcher).__module__}.{type(launcher).__qualname__}" == JOBLIB_LAUNCHER
 
 
 def launch_largest_first(launcher, jobs: Sequence[tuple[int, Sequence[str], float]]) -> list[JobReturn]:
-    """Launch ``jobs`` (number, overrides, size) on the joblib ``launcher`` as its own ``launch`` does,
-    but the largest first, each job with its own number; return their results in the order given."""
-    from hydra.core.singleton import Singleton
-    from hydra.core.utils import configure_log, filter_overrides, setup_globals
-    from hydra_plugins.hydra_joblib_launcher._core import execute_job, process_joblib_cfg
-    from joblib import Parallel, delayed
+    """Launch ``jobs`` (number, overrides, size) on the joblib ``launcher`` as its own ``launch`` does
+    (``tinylm.runs.sweep_workers.launch_jobs``), but the largest first, each job with its own number;
+    return their results in the order given."""
+    from tinylm.runs.sweep_workers import JoblibJobs, launch_jobs
 
-    setup_globals()
-    configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
-    joblib_cfg = {**launcher.joblib, "backend": "loky"}  # as the launcher: loky, threads do not work with Hydra
-    process_joblib_cfg(joblib_cfg)
+    launcher = launcher.launcher if isinstance(launcher, JoblibJobs) else launcher
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i][2])  # stable: equal sizes keep their order
-    log.info("Joblib.Parallel(%s) is launching %d jobs, the largest first",
-             ",".join(f"{k}={v}" for k, v in joblib_cfg.items()), len(jobs))
-    for i in order:
-        log.info("\t#%d : %s", jobs[i][0], " ".join(filter_overrides(jobs[i][1])))
-    state = Singleton.get_state()
-    done = Parallel(**joblib_cfg)(
-        delayed(execute_job)(jobs[i][0], list(jobs[i][1]), launcher.hydra_context, launcher.config,
-                             launcher.task_function, state) for i in order)
+    done = launch_jobs(launcher, [jobs[i][:2] for i in order], ", the largest first")
     returns: list[JobReturn] = [None] * len(jobs)  # type: ignore[list-item]
     for i, ret in zip(order, done, strict=True):
         returns[i] = ret
