@@ -45,16 +45,16 @@ def start_warm_workers() -> bool:
     import multiprocessing
     import multiprocessing.forkserver
 
-    from joblib.externals.loky.backend.context import get_start_method, set_start_method
+    from joblib.externals.loky.backend.context import set_start_method
+
+    from tinylm.runs.sweep_fork_server import SERVER_ENV
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False
-    if get_start_method() != "forkserver":
-        set_start_method("forkserver", force=True)  # loky's workers: forked from the fork server
-    from tinylm.runs.sweep_fork_server import SERVER_ENV
-
+    set_start_method("forkserver", force=True)  # loky's workers: forked from the fork server
     multiprocessing.set_forkserver_preload(PRELOAD)
-    with environment({SERVER_ENV: "1"}):  # the server's own: its workers run in the sweep's (job_in_worker)
+    # the server's own setting (its workers run in the sweep's environment: job_in_worker)
+    with environment({SERVER_ENV: str(os.getpid())}):
         multiprocessing.forkserver.ensure_running()  # returns at once: the server imports meanwhile
     return True
 
@@ -100,7 +100,7 @@ def launch_jobs(launcher, jobs: Sequence[tuple[int, Sequence[str]]], order: str 
              ",".join(f"{k}={v}" for k, v in joblib_cfg.items()), len(jobs), order, at_once)
     log_jobs(jobs, filter_overrides)
     environ = {**os.environ, AT_ONCE_ENV: str(at_once)}
-    return Parallel(**joblib_cfg)(delayed(job_in_worker)(environ, execute_job, num, list(overrides), *args)
+    return Parallel(**joblib_cfg)(delayed(job_in_worker)(environ, num, list(overrides), *args)
                                   for num, overrides in jobs)
 
 
@@ -114,9 +114,11 @@ def log_jobs(jobs: Sequence[tuple[int, Sequence[str]]], filter_overrides) -> Non
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
 
 
-def job_in_worker(environ: dict[str, str], execute_job, *args) -> JobReturn:
+def job_in_worker(environ: dict[str, str], *args) -> JobReturn:
     """In a worker: Hydra's ``execute_job(*args)`` in the environment of the process that launched it (a
     worker forked from the fork server has the server's, from when the sweep was set up)."""
+    from hydra_plugins.hydra_joblib_launcher._core import execute_job
+
     os.environ.clear()
     os.environ.update(environ)
     return execute_job(*args)
