@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -16,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import HydraContext, RunMode
 from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 from omegaconf import DictConfig
+from test_resumable_sweeps import JOBLIB, metrics, sweep_cmd, wait_for
 
 from tinylm.api.training import logging_state, restore_logging
 from tinylm.runs import job
@@ -103,3 +106,22 @@ def test_a_parallel_sweep_runs_in_warm_workers_each_job_with_its_lines_and_its_s
                "for the 2 jobs running at once" in log
         assert log.count("final val loss") == 1  # its own lines only
         assert "`Trainer.fit` stopped" in log  # Lightning's too, though the fork server imported it
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_parallel_sweeps_process_group_saves_the_running_jobs_and_starts_no_other(
+        tmp_path, tiny_text_file):
+    """The fork server is in the sweep's process group too: SIGTERM ends it, and the sweep stops as before."""
+    sweep = tmp_path / "sweep"
+    cmd = sweep_cmd(sweep, tiny_text_file, *JOBLIB, "model.n_embd=16,24,32", "trainer.max_steps=800",
+                    "trainer.val_check_interval=20")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    running = [sweep / job / "checkpoints" / "last.ckpt" for job in ("1", "2")]  # the largest two start first
+    wait_for(lambda: all(p.exists() for p in running), proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    for num in ("1", "2"):
+        assert metrics(sweep / num)["interrupted"] is True and metrics(sweep / num)["steps"] < 800
+    assert not (sweep / "0" / "metrics.json").exists()  # queued when the sweep stopped: never started
+    assert f"hydra.sweep.dir={sweep}" in err

@@ -15,6 +15,11 @@ Imported first by the server, which is started with ``SERVER_ENV`` set to the sw
   end: on Linux the kernel kills it when the sweep's process ends (``PR_SET_PDEATHSIG``), elsewhere it
   ends with ``os._exit``. Its workers, forked from it, end with ``os._exit`` anyway (multiprocessing's
   fork server does so) and keep neither setting.
+- it ignores SIGTERM, as it ignores Ctrl-C (multiprocessing's own setting): SIGTERM to the sweep's
+  process group is how a parallel sweep is stopped at once, and the launcher learns of its workers' ends
+  through the server, so it would take the server's end for theirs (a ``TerminatedWorkerError``
+  instead of the jobs saving). Its workers inherit that while they wait for a job; each job gets the
+  default back while it runs (``tinylm.runs.sweep_workers.job_in_worker``).
 """
 
 import atexit
@@ -28,6 +33,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 
 if os.environ.get(SERVER_ENV):
     logging.getLogger().addHandler(logging.NullHandler())
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     atexit.register(os._exit, 0)
     if sys.platform == "linux":
         import ctypes

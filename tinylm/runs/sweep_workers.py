@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -116,12 +117,18 @@ def log_jobs(jobs: Sequence[tuple[int, Sequence[str]]], filter_overrides) -> Non
 
 def job_in_worker(environ: dict[str, str], *args) -> JobReturn:
     """In a worker: Hydra's ``execute_job(*args)`` in the environment of the process that launched it (a
-    worker forked from the fork server has the server's, from when the sweep was set up)."""
+    worker forked from the fork server has the server's, from when the sweep was set up), with SIGTERM's
+    default action as in a process of its own (a worker of the fork server ignores it between jobs:
+    ``tinylm.runs.sweep_fork_server``)."""
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     os.environ.clear()
     os.environ.update(environ)
-    return execute_job(*args)
+    between_jobs = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        return execute_job(*args)
+    finally:
+        signal.signal(signal.SIGTERM, between_jobs)
 
 
 @contextmanager
