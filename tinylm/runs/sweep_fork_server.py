@@ -14,7 +14,7 @@ Imported first by the server, which is started with ``SERVER_ENV`` set to the sw
   that reads them (a pipe, ``subprocess.run``) would wait for it. It owns nothing that needs an orderly
   end: on Linux the kernel kills it when the sweep's process ends (``PR_SET_PDEATHSIG``), elsewhere it
   ends with ``os._exit``. Its workers, forked from it, end with ``os._exit`` anyway (multiprocessing's
-  fork server does so) and keep neither setting.
+  fork server does so); the kernel's setting does not carry over to them.
 - it ignores SIGTERM, as it ignores Ctrl-C (multiprocessing's own setting): SIGTERM to the sweep's
   process group is how a parallel sweep is stopped at once, and the launcher learns of its workers' ends
   through the server, so it would take the server's end for theirs (a ``TerminatedWorkerError``
