@@ -78,9 +78,8 @@ def launch_largest_first(launcher, jobs: Sequence[tuple[int, Sequence[str], floa
     """Launch ``jobs`` (number, overrides, size) on the joblib ``launcher`` as its own ``launch`` does
     (``tinylm.runs.sweep_workers.launch_jobs``), but the largest first, each job with its own number;
     return their results in the order given."""
-    from tinylm.runs.sweep_workers import JoblibJobs, launch_jobs
+    from tinylm.runs.sweep_workers import launch_jobs
 
-    launcher = launcher.launcher if isinstance(launcher, JoblibJobs) else launcher
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i][2])  # stable: equal sizes keep their order
     done = launch_jobs(launcher, [jobs[i][:2] for i in order], ", the largest first")
     returns: list[JobReturn] = [None] * len(jobs)  # type: ignore[list-item]
