@@ -1,4 +1,4 @@
-"""tinylm's FusedAdamW is torch's fused AdamW with less Python: the same weights and state, bit for bit."""
+"""tinylm's AdamW (tinylm.training.adamw) is torch's fused AdamW with less Python: the same weights and state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tinylm.models.gpt import GPT, GPTConfig
-from tinylm.training.adamw import FusedAdamW
+from tinylm.training import adamw
 
 
 def tiny_gpt() -> GPT:
@@ -60,7 +60,7 @@ def assert_same_state(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> Non
 def test_the_same_weights_and_state_as_torchs_fused_adamw(closure):
     ours, theirs = tiny_gpt(), tiny_gpt()
     settings = {"lr": 3e-3, "weight_decay": 0.1, "betas": (0.9, 0.99)}
-    ours_opt = FusedAdamW(groups(ours), **settings)
+    ours_opt = adamw.AdamW(groups(ours), **settings)
     theirs_opt = torch.optim.AdamW(groups(theirs), fused=True, **settings)
     train(ours, ours_opt, 25, closure=closure)
     train(theirs, theirs_opt, 25, closure=closure)
@@ -70,25 +70,25 @@ def test_the_same_weights_and_state_as_torchs_fused_adamw(closure):
 
 
 def test_checkpoints_of_either_continue_in_the_other():
-    """A state saved by torch's AdamW (checkpoints of earlier releases) continues in FusedAdamW exactly as in
+    """A state saved by torch's AdamW (checkpoints of earlier releases) continues in adamw.AdamW exactly as in
     torch's, and the other way round; a changed learning rate (a schedule, a resume) is followed."""
     start = tiny_gpt()
     first = torch.optim.AdamW(groups(start), lr=3e-3, fused=True)
     train(start, first, 10)
     saved = copy.deepcopy(first.state_dict())
     runs = {}
-    for kind in (FusedAdamW, torch.optim.AdamW):
+    for kind in (adamw.AdamW, torch.optim.AdamW):
         model = copy.deepcopy(start)
-        optimizer = kind(groups(model), lr=3e-3, **({} if kind is FusedAdamW else {"fused": True}))
+        optimizer = kind(groups(model), lr=3e-3, **({} if kind is adamw.AdamW else {"fused": True}))
         optimizer.load_state_dict(copy.deepcopy(saved))
         for group in optimizer.param_groups:
             group["lr"] = 1e-3
         train(model, optimizer, 10, seed=2)
         runs[kind] = model, optimizer
-    assert_same(runs[FusedAdamW][0], runs[torch.optim.AdamW][0])
-    assert_same_state(runs[FusedAdamW][1], runs[torch.optim.AdamW][1])
+    assert_same(runs[adamw.AdamW][0], runs[torch.optim.AdamW][0])
+    assert_same_state(runs[adamw.AdamW][1], runs[torch.optim.AdamW][1])
     reloaded = torch.optim.AdamW(groups(copy.deepcopy(start)), lr=1e-3, fused=True)
-    reloaded.load_state_dict(runs[FusedAdamW][1].state_dict())  # ours loads back into torch's
+    reloaded.load_state_dict(runs[adamw.AdamW][1].state_dict())  # ours loads back into torch's
 
 
 def test_what_the_short_path_leaves_out_is_torchs_own_step():
@@ -96,7 +96,7 @@ def test_what_the_short_path_leaves_out_is_torchs_own_step():
     ours, theirs = tiny_gpt(), tiny_gpt()
     for model in (ours, theirs):
         model.position_embedding.weight.requires_grad_(False)
-    ours_opt = FusedAdamW(groups(ours), lr=3e-3, amsgrad=True)
+    ours_opt = adamw.AdamW(groups(ours), lr=3e-3, amsgrad=True)
     theirs_opt = torch.optim.AdamW(groups(theirs), lr=3e-3, amsgrad=True, fused=True)
     train(ours, ours_opt, 10)
     train(theirs, theirs_opt, 10)
@@ -107,7 +107,7 @@ def test_what_the_short_path_leaves_out_is_torchs_own_step():
 
 def test_zero_grad_clears_every_gradient():
     model = tiny_gpt()
-    optimizer = FusedAdamW(groups(model), lr=1e-3)
+    optimizer = adamw.AdamW(groups(model), lr=1e-3)
     train(model, optimizer, 1)
     assert all(p.grad is not None for p in model.parameters())
     optimizer.zero_grad()

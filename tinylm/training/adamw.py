@@ -3,7 +3,7 @@
 ``torch.optim.AdamW(fused=True)`` spends about 0.6 ms of Python around its one kernel per step on the
 reference model (its decorators, ``_init_group``'s per-parameter checks, grouping the tensors by
 device and dtype, the step-counter bookkeeping), and its ``zero_grad`` another 0.2 ms: about 4% of a
-21 ms step (``bench/bench_step_floor.py``). ``FusedAdamW`` calls the same ``torch._fused_adamw_``
+21 ms step (``bench/bench_step_floor.py``). ``AdamW`` here calls the same ``torch._fused_adamw_``
 kernel with the same arguments, so the weights come out bit for bit those of ``torch.optim.AdamW``,
 and keeps the same ``state`` (``step``, ``exp_avg``, ``exp_avg_sq`` per parameter), so its
 checkpoints and torch's load into each other. What the short path does not cover (tensors of
@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 
 
-class FusedAdamW(torch.optim.AdamW):
-    """``torch.optim.AdamW(..., fused=True)``, stepped through its kernel directly (see the module)."""
+class AdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW(..., fused=True)``, stepped through its kernel directly (see the module). Its
+    class name is torch's, so what names optimizers by class (the learning-rate log's ``lr-AdamW``) is the same."""
 
     def __init__(self, params, **settings):
         super().__init__(params, fused=True, **settings)

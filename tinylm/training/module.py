@@ -29,7 +29,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models import LanguageModel, model_config
 from tinylm.tasks import DEFAULT_TASK, get_task
 from tinylm.tasks.base import Task, bits_per_char
-from tinylm.training.adamw import FusedAdamW
+from tinylm.training.adamw import AdamW
 
 
 def score_tag(name: str) -> str:
@@ -69,12 +69,12 @@ def adamw(param_groups: list[dict], lr: float = 1e-3, weight_decay: float = 0.1,
           min_lr_ratio: float = 0.1, decay: str = "cosine"):
     """conf/optim/adamw.yaml: fused AdamW over ``param_groups`` (``weight_decay`` where a group sets none),
     in what ``configure_optimizers`` returns: torch's kernel with less Python around it
-    (``tinylm.training.adamw.FusedAdamW``, the same weights bit for bit).
+    (``tinylm.training.adamw.AdamW``, the same weights bit for bit).
 
     ``decay_steps`` > 0 adds warmup + cosine (or linear) decay, stepped every training step (reaching the
     floor ``min_lr_ratio`` at that step); 0 keeps the learning rate constant, as the reference run does.
     """
-    optimizer = FusedAdamW(param_groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas))
+    optimizer = AdamW(param_groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas))
     return scheduled(optimizer, warmup_steps, decay_steps, min_lr_ratio, decay)
 
 

@@ -18,7 +18,7 @@ import torch
 from torch.optim._muon import DEFAULT_A, DEFAULT_B, DEFAULT_C, _adjust_lr
 
 from tinylm.errors import TinyLMError
-from tinylm.training.adamw import FusedAdamW
+from tinylm.training.adamw import AdamW
 from tinylm.training.module import scheduled
 
 NS_DTYPES = ("float32", "bfloat16")
@@ -120,7 +120,7 @@ def muon(param_groups: list[dict], hidden: list[torch.nn.Parameter], lr: float =
                           "use optim=adamw for this model")
     hidden_ids = {id(p) for p in hidden}
     rest = [{**group, "params": [p for p in group["params"] if id(p) not in hidden_ids]} for group in param_groups]
-    adam = FusedAdamW(rest, lr=lr, weight_decay=weight_decay, betas=tuple(betas))
+    adam = AdamW(rest, lr=lr, weight_decay=weight_decay, betas=tuple(betas))
     kind = Float32Muon if ns_dtype == "float32" else torch.optim.Muon
     orthogonal = kind(hidden, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, ns_steps=ns_steps,
                       ns_coefficients=(DEFAULT_A, DEFAULT_B, DEFAULT_C))
