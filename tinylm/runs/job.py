@@ -43,7 +43,7 @@ from tinylm.runs.sweep_stop import job_stopped_by, sweep_dir_of_job, sweep_stopp
 from tinylm.runs.sweep_workers import AT_ONCE_ENV, usable_cores
 from tinylm.training.fit import build_datamodule, build_module, fit, prepare
 from tinylm.training.logs import held_file_logs, log_error_to_files
-from tinylm.training.safety import exit_code
+from tinylm.training.stop_signals import exit_code
 from tinylm.values import one_line
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from tinylm.run_folder import LAST_NAME
 from tinylm.runs.ranks import slurm_requeued
-from tinylm.training.safety import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
+from tinylm.training.stop_signals import STOP_SIGNALS, exit_code, restore_signals, stop_at_once_next, take_stop_signals
 
 STOP_FILE = "interrupted.txt"  # in the sweep folder: Ctrl-C or SIGTERM stopped this sweep
 
