@@ -56,14 +56,22 @@ def assert_same_state(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> Non
             assert value.dtype == sb["state"][i][key].dtype and torch.equal(value, sb["state"][i][key]), (i, key)
 
 
+def short_path_only(monkeypatch) -> None:
+    """torch's own step refuses to run: what passes then took the short path."""
+    def refused(*args, **kwargs):
+        raise AssertionError("torch's AdamW.step ran")
+    monkeypatch.setattr(torch.optim.AdamW, "step", refused)
+
+
 @pytest.mark.parametrize("closure", [False, True])
-def test_the_same_weights_and_state_as_torchs_fused_adamw(closure):
+def test_the_same_weights_and_state_as_torchs_fused_adamw(closure, monkeypatch):
     ours, theirs = tiny_gpt(), tiny_gpt()
     settings = {"lr": 3e-3, "weight_decay": 0.1, "betas": (0.9, 0.99)}
     ours_opt = adamw.AdamW(groups(ours), **settings)
     theirs_opt = torch.optim.AdamW(groups(theirs), fused=True, **settings)
-    train(ours, ours_opt, 25, closure=closure)
     train(theirs, theirs_opt, 25, closure=closure)
+    short_path_only(monkeypatch)
+    train(ours, ours_opt, 25, closure=closure)
     assert_same(ours, theirs)
     assert_same_state(ours_opt, theirs_opt)
     assert not torch.equal(ours.lm_head.weight, tiny_gpt().lm_head.weight)  # it trained
@@ -92,7 +100,7 @@ def test_checkpoints_of_either_continue_in_the_other():
 
 
 def test_what_the_short_path_leaves_out_is_torchs_own_step():
-    """amsgrad, and a frozen parameter (no gradient) beside trained ones."""
+    """amsgrad (torch's own step), with a frozen parameter (no gradient, no state) beside trained ones."""
     ours, theirs = tiny_gpt(), tiny_gpt()
     for model in (ours, theirs):
         model.position_embedding.weight.requires_grad_(False)
@@ -115,3 +123,27 @@ def test_zero_grad_clears_every_gradient():
     train(model, optimizer, 1)
     optimizer.zero_grad(set_to_none=False)
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def test_a_gradscaler_step_unscales_and_skips_an_overflow_as_torchs():
+    """Under a GradScaler (16-mixed) the kernel gets the scale and the inf flag: an overflowed step changes
+    nothing, a finite one is unscaled, as with torch's fused AdamW."""
+    results = {}
+    for kind in (adamw.AdamW, torch.optim.AdamW):
+        model = tiny_gpt()
+        optimizer = kind(groups(model), lr=3e-3, **({} if kind is adamw.AdamW else {"fused": True}))
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+        torch.manual_seed(1)
+        for step in range(6):
+            x, y = torch.randint(11, (4, 8)), torch.randint(11, (4, 8))
+            optimizer.zero_grad()
+            scaler.scale(model(x, y)[1]).backward()
+            if step == 3:  # an overflow: this step must be skipped
+                model.lm_head.weight.grad[0, 0] = float("inf")
+            scaler.step(optimizer)
+            scaler.update()
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+        results[kind] = model, optimizer
+    assert_same(results[adamw.AdamW][0], results[torch.optim.AdamW][0])
+    assert_same_state(results[adamw.AdamW][1], results[torch.optim.AdamW][1])
+    assert float(results[adamw.AdamW][1].state[results[adamw.AdamW][0].lm_head.weight]["step"]) == 5  # 6 - 1 skipped
