@@ -125,3 +125,21 @@ def test_sigterm_to_a_parallel_sweeps_process_group_saves_the_running_jobs_and_s
         assert metrics(sweep / num)["interrupted"] is True and metrics(sweep / num)["steps"] < 800
     assert not (sweep / "0" / "metrics.json").exists()  # queued when the sweep stopped: never started
     assert f"hydra.sweep.dir={sweep}" in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_worker_waits_for_a_job_saves_the_running_one(tmp_path, tiny_text_file):
+    """One job done, its worker idle, the other job running: Ctrl-C to the process group stops the sweep with
+    exit 130 and the running job's save (an idle worker ignores Ctrl-C; it raised KeyboardInterrupt there and
+    broke the launcher, and the running job lost its save)."""
+    sweep = tmp_path / "sweep"
+    cmd = sweep_cmd(sweep, tiny_text_file, *JOBLIB, "trainer.max_steps=20,3000", "trainer.val_check_interval=20")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for(lambda: (sweep / "0" / "metrics.json").exists() and (sweep / "1" / "checkpoints" / "last.ckpt").exists(),
+             proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert metrics(sweep / "0")["steps"] == 20
+    assert metrics(sweep / "1")["interrupted"] is True and metrics(sweep / "1")["steps"] < 3000

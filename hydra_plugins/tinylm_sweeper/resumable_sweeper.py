@@ -41,13 +41,14 @@ class ResumableSweeper(BasicSweeper):
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         from tinylm.runs.sweep_launch import ComposedOnce, runs_in_parallel
-        from tinylm.runs.sweep_workers import JoblibJobs, start_warm_workers
+        from tinylm.runs.sweep_workers import JoblibJobs, several_at_once, start_warm_workers
 
         hydra_context = HydraContext(config_loader=ComposedOnce(hydra_context.config_loader),
                                      callbacks=hydra_context.callbacks)  # each job's config composed once
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         if runs_in_parallel(self.launcher):  # before this process imports the training stack itself
-            start_warm_workers()
+            if several_at_once(self.launcher):  # else every job runs in this process: no worker to warm
+                start_warm_workers()
             self.launcher = JoblibJobs(self.launcher)
         from tinylm.runs.sweep_resume import ResumingLauncher
 

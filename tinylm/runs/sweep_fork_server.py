@@ -15,7 +15,10 @@ Imported first by the server, which is started with ``SERVER_ENV`` set to the sw
   end: on Linux the kernel kills it when the sweep's process ends (``PR_SET_PDEATHSIG``), elsewhere it
   ends with ``os._exit``. Its workers, forked from it, end with ``os._exit`` anyway (multiprocessing's
   fork server does so); the kernel's setting does not carry over to them.
-- it ignores SIGTERM, as it ignores Ctrl-C (multiprocessing's own setting): SIGTERM to the sweep's
+- it ignores SIGTERM and Ctrl-C, and so do its workers between jobs (a worker forked by multiprocessing's
+  fork server gets the handlers the server had after these imports): a Ctrl-C that found a worker waiting
+  for its next job raised KeyboardInterrupt there and broke the launcher, and the job still running in the
+  other worker lost its save. SIGTERM to the sweep's
   process group is how a parallel sweep is stopped at once, and the launcher learns of its workers' ends
   through the server, so it would take the server's end for theirs (a ``TerminatedWorkerError``
   instead of the jobs saving). Its workers inherit that while they wait for a job; each job gets the
@@ -34,6 +37,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 if os.environ.get(SERVER_ENV):
     logging.getLogger().addHandler(logging.NullHandler())
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the forked workers keep between jobs (job_in_worker)
     atexit.register(os._exit, 0)
     if sys.platform == "linux":
         import ctypes

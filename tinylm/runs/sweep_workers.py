@@ -7,8 +7,8 @@ at the end. On a sweep of short jobs that ate the gain of running them side by s
 - ``start_warm_workers``: as soon as a sweep on the joblib launcher is set up, a fork server starts
   importing the training stack (``PRELOAD``), side by side with the sweep's own process still
   planning. The launcher's workers are forked from it, ready in a fraction of a second, each takes
-  job after job, and exits without tearing its interpreter down. Where there is no fork server
-  (Windows), the workers start as loky starts them.
+  job after job, and exits without tearing its interpreter down. On Linux only: elsewhere (macOS, where
+  forking after importing torch is not safe, and Windows) the workers start as loky starts them.
 - ``launch_jobs``: the jobs on the joblib launcher, in the order given (``tinylm.runs.sweep_launch`` hands
   them out largest first). A worker runs its job in the environment of the process that launches
   it and is told how many jobs run at once (``AT_ONCE_ENV``), for its share of the cores
@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -50,14 +51,21 @@ def start_warm_workers() -> bool:
 
     from tinylm.runs.sweep_fork_server import SERVER_ENV
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return False
+    if sys.platform != "linux" or "forkserver" not in multiprocessing.get_all_start_methods():
+        return False  # elsewhere forking after importing torch is not safe (macOS) or possible (Windows)
     set_start_method("forkserver", force=True)  # loky's workers: forked from the fork server
     multiprocessing.set_forkserver_preload(PRELOAD)
     # the server's own setting (its workers run in the sweep's environment: job_in_worker)
     with environment({SERVER_ENV: str(os.getpid())}):
         multiprocessing.forkserver.ensure_running()  # returns at once: the server imports meanwhile
     return True
+
+
+def several_at_once(launcher) -> bool:
+    """Whether Hydra's joblib ``launcher`` may run more than one job at a time (``hydra.launcher.n_jobs``)."""
+    from joblib import effective_n_jobs
+
+    return effective_n_jobs(launcher.joblib.get("n_jobs", -1)) > 1
 
 
 class JoblibJobs:
@@ -117,18 +125,20 @@ def log_jobs(jobs: Sequence[tuple[int, Sequence[str]]], filter_overrides) -> Non
 
 def job_in_worker(environ: dict[str, str], *args) -> JobReturn:
     """In a worker: Hydra's ``execute_job(*args)`` in the environment of the process that launched it (a
-    worker forked from the fork server has the server's, from when the sweep was set up), with SIGTERM's
-    default action as in a process of its own (a worker of the fork server ignores it between jobs:
-    ``tinylm.runs.sweep_fork_server``)."""
+    worker forked from the fork server has the server's, from when the sweep was set up), with Ctrl-C's and
+    SIGTERM's default actions as in a process of its own (a worker of the fork server ignores both between
+    jobs: ``tinylm.runs.sweep_fork_server``)."""
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     os.environ.clear()
     os.environ.update(environ)
-    between_jobs = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    between_jobs = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                    signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL)}
     try:
         return execute_job(*args)
     finally:
-        signal.signal(signal.SIGTERM, between_jobs)
+        for signum, handler in between_jobs.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager
