@@ -3,7 +3,7 @@
     python bench/bench_compile.py                        # the reference, speedrun and larger shapes (about 4 minutes)
     python bench/bench_compile.py --configs reference --steps 100
 
-For each configuration the plain training step (bench/bench_train.py's loop: forward, backward, AdamW)
+For each configuration the plain training step (bench/bench_step_floor.py's: forward, backward, AdamW)
 runs eager, then on a fresh copy of the same model compiled as ``compile=true`` compiles it
 (``module.model.compile()``, in place). Compiling happens in the first compiled steps (the forward and
 backward graphs), so their wall time less an eager step's is the compile cost. Steady steps: the best of
@@ -19,7 +19,8 @@ import json
 import time
 
 import torch
-from bench_train import CONFIGS, make_datamodule, make_module, processor_name
+from bench_step_floor import step_fn
+from bench_train import CONFIGS, processor_name
 
 SHAPES = {
     "reference": CONFIGS["reference"],
@@ -27,27 +28,6 @@ SHAPES = {
     "speedrun": dict(batch_size=16, block_size=64, n_embd=128, num_heads=4, num_layers=3, dropout=0.0),
     "larger": CONFIGS["larger"],
 }
-
-
-def stepper(cfg: dict, compiled: bool):
-    """One training step of a fresh, seeded model (compiled in place when asked), and its batches."""
-    torch.manual_seed(0)
-    datamodule = make_datamodule(cfg)
-    module = make_module(cfg, datamodule)
-    model = module.model.train()
-    if compiled:
-        model.compile()
-    optimizer = module.configure_optimizers()
-    batches = iter(datamodule.train_dataloader())
-
-    def step():
-        x, y = next(batches)
-        _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
 
 
 def seconds(step, steps: int) -> float:
@@ -58,9 +38,9 @@ def seconds(step, steps: int) -> float:
 
 
 def bench(name: str, cfg: dict, steps: int, repeats: int) -> dict:
-    eager = stepper(cfg, compiled=False)
+    eager = step_fn(cfg)
     seconds(eager, 5)  # warm
-    compiled = stepper(cfg, compiled=True)
+    compiled = step_fn(cfg, compiled=True)
     started = time.perf_counter()
     compiled()
     compiled()  # the second step may compile again (the optimizer's first step changes no graph, but guards run)

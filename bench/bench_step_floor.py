@@ -45,11 +45,15 @@ GROUPS = [  # (group, operator names): the first that holds an operator gets its
 ]
 
 
-def step_fn(cfg: dict):
+def step_fn(cfg: dict, compiled: bool = False):
+    """One plain training step (forward, backward, AdamW) of a fresh, seeded model over its own batches;
+    ``compiled``: the model compiled in place first, as ``compile=true`` does (bench/bench_compile.py)."""
     torch.manual_seed(0)
     datamodule = make_datamodule(cfg)
     module = make_module(cfg, datamodule)
     model = module.model.train()
+    if compiled:
+        model.compile()
     optimizer = module.configure_optimizers()
     batches = iter(datamodule.train_dataloader())
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 from bench_startup import cpu_name
 
+from tinylm.runs.sweep_workers import usable_cores
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.85  # parallel / sequential wall time of the 2 x 2 sweep
 SWEEP = ["model.n_embd=32,64", "model.num_heads=2,4", "model.num_layers=2", "logger=none", "callbacks=none",
@@ -98,7 +100,7 @@ def main() -> None:
                         "(the command that finishes a sweep) rather than found under paths.log_dir")
     parser.add_argument("--order", action="store_true", help="grid order vs largest first on an unbalanced grid")
     args = parser.parse_args()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     if args.order:
         order_bench(args.repeats, args.steps or 200, cores)
         return
